@@ -1,0 +1,104 @@
+"""Configuration dataclasses for a decoding run, validated at the engine boundary."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+METHODS = ("ar", "full", "static", "nanospec", "hybrid")
+VOCAB_POLICIES = ("full", "static", "nanospec", "hybrid")
+
+
+@dataclass
+class TreeConfig:
+    """EAGLE-2 dynamic tree: `depth` draft levels, `top_k` frontier width, `total_tokens` nodes incl. root."""
+
+    depth: int = 4
+    top_k: int = 6
+    total_tokens: int = 24
+
+    def validate(self) -> None:
+        _check_int("depth", self.depth, 1, 32)
+        _check_int("top_k", self.top_k, 1, 64)
+        _check_int("total_tokens", self.total_tokens, 2, 512)
+
+
+@dataclass
+class SamplingConfig:
+    """temperature 0 means greedy; otherwise lossless speculative sampling from the warped target."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> None:
+        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
+            raise ValueError(f"temperature must be a number >= 0 (0 = greedy); got {self.temperature!r}")
+        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p!r}")
+
+
+@dataclass
+class VocabConfig:
+    """Which LM-head rows the drafter scores (DESIGN.md §1.2)."""
+
+    capacity: int = 3072        # nanospec / hybrid: max in-context ids (FIFO eviction)
+    static_size: int = 32768    # static: top-N frequent ids
+    core_size: int = 1024       # hybrid: top-M frequent ids always active
+    ctx_topk: int = 3           # target's top-k per position added at prefill (Ctx) and per tree node (Ext)
+
+    def validate(self) -> None:
+        _check_int("capacity", self.capacity, 1, 10_000_000)
+        _check_int("static_size", self.static_size, 1, 10_000_000)
+        _check_int("core_size", self.core_size, 0, 10_000_000)
+        _check_int("ctx_topk", self.ctx_topk, 1, 64)
+
+
+@dataclass
+class GenerationConfig:
+    method: str = "nanospec"
+    max_new_tokens: int = 128
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    vocab: VocabConfig = field(default_factory=VocabConfig)
+    stop_on_eos: bool = True
+
+    @property
+    def policy(self) -> str:
+        """The draft-vocabulary policy; `ar` has no drafter."""
+        return self.method
+
+    def validate(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}; got {self.method!r}")
+        _check_int("max_new_tokens", self.max_new_tokens, 1, 1_000_000)
+        self.tree.validate()
+        self.sampling.validate()
+        self.vocab.validate()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def build(cls, method: str = "nanospec", **kw) -> "GenerationConfig":
+        """Flat keyword constructor: `GenerationConfig.build("nanospec", depth=4, temperature=0.7)`."""
+        parts = {"tree": TreeConfig, "sampling": SamplingConfig, "vocab": VocabConfig}
+        sub = {name: {} for name in parts}
+        top = {}
+        for key, value in kw.items():
+            owner = next((n for n, c in parts.items() if key in c.__dataclass_fields__), None)
+            if owner is not None:
+                sub[owner][key] = value
+            elif key in cls.__dataclass_fields__:
+                top[key] = value
+            else:
+                raise ValueError(f"unknown generation option {key!r}")
+        return cls(method=method, **top, **{n: parts[n](**sub[n]) for n in parts})
+
+
+def _check_int(name: str, value, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}]; got {value!r}")

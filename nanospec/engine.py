@@ -1,0 +1,358 @@
+"""The decoding loop: prefill, one speculative (or autoregressive) step, streaming and blocking APIs.
+
+    prompt -> prefill -> [draft tree -> verify -> accept -> compact KV -> update vocab/head]* -> text
+
+`SpecEngine.stream()` returns a `Run`, an iterator of `StepEvent`s (one per target forward);
+`generate()` drains it. Both go through the same `_prefill` / `_spec_step` / `_ar_step`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from .config import GenerationConfig
+from .drafters.eagle import EagleDrafter
+from .events import RunSummary, StepEvent, summarize
+from .head import EagleHead, check_head_matches
+from .kv import compact_cache, new_cache
+from .timing import PhaseTimer, sync
+from .tree import DraftTree, tree_attention_mask, tree_position_ids
+from .verify import greedy_accept, sample_accept, target_forward, warp_probs
+from .vocab import build_vocab
+
+PREFILL_CHUNK = 512  # positions per LM-head chunk when collecting Ctx top-k at prefill
+
+
+@dataclass
+class _State:
+    cache: object
+    length: int          # entries in the target's KV cache
+    root: int            # last emitted token, not yet in the cache
+    emitted: int
+    generator: torch.Generator | None
+
+
+@dataclass
+class RunResult:
+    text: str
+    token_ids: list[int]
+    events: list[StepEvent]
+    summary: RunSummary
+
+
+class Run:
+    """Iterate to get `StepEvent`s; after exhaustion `summary` holds the `RunSummary`.
+
+    Stopping iteration early (break / close) stops decoding; `summary` then says `stopped`.
+    """
+
+    def __init__(self, engine: "SpecEngine", prompt_ids: list[int], config: GenerationConfig):
+        self.engine, self.prompt_ids, self.config = engine, prompt_ids, config
+        self.events: list[StepEvent] = []
+        self.summary: RunSummary | None = None
+        self.stop_reason = "stopped"
+        self._t0 = 0.0
+
+    def __iter__(self) -> Iterator[StepEvent]:
+        self._t0 = time.perf_counter()
+        try:
+            for event in self.engine._decode(self.prompt_ids, self.config, self):
+                self.events.append(event)
+                yield event
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self.summary is None and self.events:
+            wall = time.perf_counter() - self._t0
+            ids = [t for e in self.events for t in e.tokens]
+            text = self.engine.tokenizer.decode(ids, skip_special_tokens=True) if self.engine.tokenizer else ""
+            self.summary = summarize(self.events, self.config.method, wall, self.stop_reason, text)
+
+    def result(self) -> RunResult:
+        for _ in self:
+            pass
+        return RunResult(self.summary.text, self.summary.output_ids, self.events, self.summary)
+
+
+class SpecEngine:
+    """A target model, optionally a draft head, and the per-policy vocabularies (made lazily)."""
+
+    def __init__(self, model, tokenizer=None, head: EagleHead | None = None, *,
+                 frequent_ids: torch.Tensor | None = None, drafter_factory=None,
+                 eos_token_ids: list[int] | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.head = head
+        if head is not None:
+            check_head_matches(head.config, model.config)
+        self.device = next(model.parameters()).device
+        self.lm_head_weight = model.get_output_embeddings().weight  # [V, H]
+        self.vocab_size = self.lm_head_weight.shape[0]
+        self.frequent_ids = frequent_ids
+        self.max_context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        self._drafter_factory = drafter_factory or self._eagle_drafter
+        self._vocabs: dict[tuple, object] = {}
+        if eos_token_ids is None:
+            eos_token_ids = _eos_ids(model, tokenizer)
+        self.eos_token_ids = set(eos_token_ids)
+
+    # -- public API ------------------------------------------------------------------
+    def encode(self, prompt: str | list[dict], chat: bool | None = None) -> list[int]:
+        """Text or chat turns -> ids; the chat template is applied when the tokenizer has one."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise ValueError("prompt must be a non-empty string")
+            messages = [{"role": "user", "content": prompt}]
+        elif isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "content" in m for m in prompt):
+            messages = prompt
+            if not any(str(m["content"]).strip() for m in messages):
+                raise ValueError("prompt must contain at least one non-empty turn")
+        else:
+            raise ValueError("prompt must be a non-empty string or a list of {'role', 'content'} turns")
+        if self.tokenizer is None:
+            raise ValueError("this engine has no tokenizer: pass token ids to stream()/generate()")
+        use_chat = chat if chat is not None else bool(getattr(self.tokenizer, "chat_template", None))
+        if use_chat:
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            if hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return list(ids)
+        if not isinstance(prompt, str):
+            raise ValueError("chat turns need a tokenizer with a chat template")
+        return self.tokenizer(prompt)["input_ids"]
+
+    def stream(self, prompt: str | list[dict] | list[int], config: GenerationConfig | None = None,
+               **options) -> Run:
+        """Validate everything, then return a `Run` that decodes lazily as it is iterated."""
+        cfg = config or GenerationConfig.build(options.pop("method", "nanospec"), **options)
+        if config is not None and options:
+            raise ValueError("pass either a GenerationConfig or keyword options, not both")
+        cfg.validate()
+        if cfg.method != "ar" and self.head is None and self._drafter_factory == self._eagle_drafter:
+            raise ValueError(f"method {cfg.method!r} needs a draft head; only 'ar' runs without one")
+        if cfg.method in ("static", "hybrid") and self.frequent_ids is None:
+            raise ValueError(f"method {cfg.method!r} needs a token-frequency table (frequent_ids)")
+        ids = self._prompt_ids(prompt)
+        need = len(ids) + cfg.tree.total_tokens + 1
+        if need > self.max_context:
+            raise ValueError(f"prompt is {len(ids)} tokens; with the tree it must fit the model's context of "
+                             f"{self.max_context} tokens (at most {self.max_context - cfg.tree.total_tokens - 1})")
+        return Run(self, ids, cfg)
+
+    def generate(self, prompt, config: GenerationConfig | None = None, **options) -> RunResult:
+        return self.stream(prompt, config, **options).result()
+
+    # -- the loop --------------------------------------------------------------------
+    def _decode(self, prompt_ids: list[int], cfg: GenerationConfig, run: Run) -> Iterator[StepEvent]:
+        spec = cfg.method != "ar"
+        vocab = self._vocab(cfg) if spec else None
+        drafter = self._drafter_factory() if spec else None
+        timer = PhaseTimer(self.device)
+        state, event = self._prefill(prompt_ids, cfg, vocab, drafter, timer)
+        yield event
+        step = 1
+        while True:
+            reason = self._stop_reason(state, cfg, event)
+            if reason:
+                run.stop_reason = reason
+                return
+            if spec:
+                event = self._spec_step(step, state, cfg, vocab, drafter, timer)
+            else:
+                event = self._ar_step(step, state, cfg, timer)
+            yield event
+            step += 1
+
+    def _stop_reason(self, state: _State, cfg: GenerationConfig, event: StepEvent) -> str | None:
+        if cfg.stop_on_eos and event.tokens and event.tokens[-1] in self.eos_token_ids:
+            return "eos"
+        if state.emitted >= cfg.max_new_tokens:
+            return "max_new_tokens"
+        if state.length + cfg.tree.total_tokens + 1 > self.max_context:
+            return "context"
+        return None
+
+    @torch.inference_mode()
+    def _prefill(self, prompt_ids, cfg, vocab, drafter, timer) -> tuple[_State, StepEvent]:
+        t0 = time.perf_counter()
+        ids = torch.tensor([prompt_ids], device=self.device)                # [1, n]
+        n = ids.shape[1]
+        cache = new_cache()
+        gen = None
+        if not cfg.sampling.greedy:
+            gen = torch.Generator()
+            gen.manual_seed(cfg.sampling.seed if cfg.sampling.seed is not None else torch.seed())
+        with timer.phase("verify_forward"):
+            hidden = self._target_hidden(ids, cache)                       # [n, H]
+            last_logits = self._lm_head(hidden[-1:])[0]                    # [V]
+        first = self._pick(last_logits, cfg, gen)
+        added = 0
+        if vocab is not None:
+            with timer.phase("vocab_update"):
+                top = self._prefill_topk(hidden, cfg.vocab.ctx_topk)       # [n, k]
+                added = vocab.begin_request(ids[0], top)
+            with timer.phase("draft_layers"):
+                drafter.begin(ids[0], hidden, first)
+        state = _State(cache, n, first, 0, gen)
+        tokens = self._take([first], state, cfg)
+        phases = timer.resolve()
+        sync(self.device)
+        event = StepEvent(
+            step=0, method=cfg.method, root_token=int(prompt_ids[-1]), tree_tokens=[int(prompt_ids[-1])],
+            tree_parents=[-1], tree_depths=[0], tree_logprobs=[0.0], tree_in_active=[True],
+            accepted_path=[0], accepted_tokens=[], bonus_token=first, tokens=tokens,
+            active_size=self._active_size(vocab, cfg), added_ids=added, vocab_size=self.vocab_size,
+            coverage=None, miss_kind="none", wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases)
+        return state, event
+
+    @torch.inference_mode()
+    def _spec_step(self, step: int, state: _State, cfg: GenerationConfig, vocab, drafter,
+                   timer: PhaseTimer) -> StepEvent:
+        t0 = time.perf_counter()
+        active_size = vocab.size
+        tree = drafter.draft(state.root, vocab, cfg.tree, timer)
+        L = state.length
+        with timer.phase("verify_forward"):
+            mask = tree_attention_mask(tree.parents, L)                     # [1, 1, T, L + T]
+            pos = tree_position_ids(tree.depths, L)                         # [1, T]
+            out = target_forward(self.model, tree.tokens[None], pos, state.cache, mask)
+        with timer.phase("vocab_update"):
+            # Ext candidates: every tree token + the target's top-k at every node (argmax included)
+            top = torch.topk(out.logits, cfg.vocab.ctx_topk, dim=-1).indices  # [T, k]
+            proposal = vocab.propose(torch.cat([tree.tokens, top.reshape(-1)]))
+        with timer.phase("accept"):
+            path, bonus, bonus_in, n_new, host = self._accept(tree, out.logits, top[:, 0], proposal, vocab,
+                                                             cfg, state.generator)
+        with timer.phase("kv_compact"):
+            keep = torch.tensor(path, device=self.device)
+            compact_cache(state.cache, L, keep)
+        with timer.phase("vocab_update"):
+            added = vocab.commit(proposal, n_new)
+        next_tokens = torch.cat([tree.tokens[keep[1:]], torch.tensor([bonus], device=self.device)])
+        drafter.update(out.hidden[keep], next_tokens, timer)
+        state.length = L + len(path)
+        state.root = bonus
+        accepted = [host["tokens"][i] for i in path[1:]]
+        tokens = self._take(accepted + [bonus], state, cfg)
+        kids_of_last = [i for i, p in enumerate(host["parents"]) if p == path[-1]]
+        miss = "none" if not kids_of_last else ("draft" if bonus_in else "vocab")
+        phases = timer.resolve()
+        return StepEvent(
+            step=step, method=cfg.method, root_token=host["tokens"][0], tree_tokens=host["tokens"],
+            tree_parents=host["parents"], tree_depths=host["depths"], tree_logprobs=host["scores"],
+            tree_in_active=host["in_active"], accepted_path=path, accepted_tokens=accepted,
+            bonus_token=bonus, tokens=tokens, active_size=active_size, added_ids=added,
+            vocab_size=self.vocab_size, coverage=bonus_in, miss_kind=miss,
+            wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases)
+
+    def _accept(self, tree: DraftTree, logits, argmax, proposal, vocab, cfg, gen):
+        """One device->host transfer: tree, target argmax, its membership and the Ext count."""
+        t = len(tree)
+        n_new_dev = proposal.n_new.reshape(1) if proposal is not None else torch.zeros(1, dtype=torch.long,
+                                                                                       device=self.device)
+        packed = torch.cat([tree.tokens, tree.parents, tree.depths, argmax,
+                            vocab.contains(argmax).long(), tree.in_active.long(), n_new_dev]).tolist()
+        host = {"tokens": packed[:t], "parents": packed[t:2 * t], "depths": packed[2 * t:3 * t],
+                "in_active": [bool(x) for x in packed[5 * t:6 * t]],
+                "scores": [round(float(s), 4) for s in tree.scores.tolist()]}
+        argmax_h, member_h, n_new = packed[3 * t:4 * t], packed[4 * t:5 * t], int(packed[-1])
+        if cfg.sampling.greedy:
+            path, bonus = greedy_accept(host["tokens"], host["parents"], argmax_h)
+            bonus_in = bool(member_h[path[-1]])
+        else:
+            probs = warp_probs(logits, cfg.sampling.temperature, cfg.sampling.top_p).cpu()
+            path, bonus = sample_accept(host["tokens"], host["parents"], probs, gen)
+            bonus_in = bool(vocab.contains(torch.tensor([bonus], device=self.device))[0])
+        return path, bonus, bonus_in, n_new, host
+
+    @torch.inference_mode()
+    def _ar_step(self, step: int, state: _State, cfg: GenerationConfig, timer: PhaseTimer) -> StepEvent:
+        t0 = time.perf_counter()
+        with timer.phase("verify_forward"):
+            ids = torch.tensor([[state.root]], device=self.device)
+            pos = torch.tensor([[state.length]], device=self.device)
+            out = target_forward(self.model, ids, pos, state.cache)
+        with timer.phase("accept"):
+            token = self._pick(out.logits[0], cfg, state.generator)
+        root = state.root
+        state.length += 1
+        state.root = token
+        tokens = self._take([token], state, cfg)
+        phases = timer.resolve()
+        return StepEvent(
+            step=step, method="ar", root_token=root, tree_tokens=[root], tree_parents=[-1], tree_depths=[0],
+            tree_logprobs=[0.0], tree_in_active=[True], accepted_path=[0], accepted_tokens=[],
+            bonus_token=token, tokens=tokens, active_size=0, added_ids=0, vocab_size=self.vocab_size,
+            coverage=None, miss_kind="none", wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases)
+
+    # -- helpers ---------------------------------------------------------------------
+    def _take(self, tokens: list[int], state: _State, cfg: GenerationConfig) -> list[int]:
+        """Cut a step's tokens at the first EOS and at the max_new_tokens budget."""
+        out = []
+        for tok in tokens:
+            if state.emitted >= cfg.max_new_tokens:
+                break
+            out.append(tok)
+            state.emitted += 1
+            if cfg.stop_on_eos and tok in self.eos_token_ids:
+                break
+        return out
+
+    def _pick(self, logits: torch.Tensor, cfg: GenerationConfig, gen) -> int:
+        if cfg.sampling.greedy:
+            return int(torch.argmax(logits))
+        probs = warp_probs(logits[None], cfg.sampling.temperature, cfg.sampling.top_p)[0].cpu()
+        return int(torch.multinomial(probs, 1, generator=gen))
+
+    def _target_hidden(self, ids: torch.Tensor, cache) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=self.device)[None]
+        return target_forward(self.model, ids, pos, cache, with_logits=False).hidden
+
+    def _lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.get_output_embeddings()(hidden).float()
+
+    def _prefill_topk(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
+        parts = [torch.topk(self._lm_head(hidden[i:i + PREFILL_CHUNK]), k, dim=-1).indices
+                 for i in range(0, hidden.shape[0], PREFILL_CHUNK)]
+        return torch.cat(parts)
+
+    def _active_size(self, vocab, cfg) -> int:
+        return vocab.size if vocab is not None else 0
+
+    def _vocab(self, cfg: GenerationConfig):
+        v = cfg.vocab
+        key = (cfg.method, v.capacity, v.static_size, v.core_size)
+        if key not in self._vocabs:
+            self._vocabs[key] = build_vocab(cfg.method, self.lm_head_weight, capacity=v.capacity,
+                                            frequent_ids=self.frequent_ids, static_size=v.static_size,
+                                            core_size=v.core_size)
+        return self._vocabs[key]
+
+    def _eagle_drafter(self) -> EagleDrafter:
+        return EagleDrafter(self.head, self.model.get_input_embeddings())
+
+    def _prompt_ids(self, prompt) -> list[int]:
+        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(x, int) for x in prompt):
+            ids = [int(x) for x in prompt]
+            if any(not 0 <= x < self.vocab_size for x in ids):
+                raise ValueError(f"prompt token ids must be in [0, {self.vocab_size})")
+            return ids
+        if isinstance(prompt, torch.Tensor):
+            return self._prompt_ids(prompt.reshape(-1).tolist())
+        return self.encode(prompt)
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids = []
+    for src in (getattr(model, "generation_config", None), model.config, tokenizer):
+        eos = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(eos, int):
+            ids.append(eos)
+        elif isinstance(eos, (list, tuple)):
+            ids.extend(int(e) for e in eos)
+    return sorted(set(ids))

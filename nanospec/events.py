@@ -1,0 +1,200 @@
+"""What a decoding step reports (`StepEvent`), the run's `RunSummary`, and trace I/O (JSON / CSV)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import pandas as pd
+
+from .timing import DRAFT_PHASES, PHASES
+
+TRACE_VERSION = 1
+MISS_KINDS = ("none", "vocab", "draft")
+
+
+@dataclass
+class StepEvent:
+    step: int                      # 0 = prefill, then one per target forward
+    method: str
+    root_token: int                # last token the target emitted before this step
+    tree_tokens: list[int]         # node 0 = root
+    tree_parents: list[int]
+    tree_depths: list[int]
+    tree_logprobs: list[float]     # cumulative draft log-prob per node (0 for the root)
+    tree_in_active: list[bool]     # token was in the active set when drafted
+    accepted_path: list[int]       # node indices, starting at the root
+    accepted_tokens: list[int]     # drafted tokens the target accepted (excl. root)
+    bonus_token: int               # the target's own token after the accepted path
+    tokens: list[int]              # what this step emitted (accepted + bonus, cut at EOS / budget)
+    active_size: int               # rows the drafter scored (V for `full`, 0 for `ar`)
+    added_ids: int                 # ids added to the active set after this step's verification
+    vocab_size: int
+    coverage: bool | None          # bonus token in the active set when the tree was drafted
+    miss_kind: str                 # none | vocab | draft
+    wall_ms: float
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.step == 0
+
+    @property
+    def n_emitted(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def draft_ms(self) -> float:
+        return sum(self.phases.get(p, 0.0) for p in DRAFT_PHASES)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepEvent":
+        names = {f.name for f in fields(cls)}
+        missing = names - set(d) - {"phases"}
+        if missing:
+            raise ValueError(f"not a NanoSpec trace step: missing fields {sorted(missing)}")
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class RunSummary:
+    method: str
+    new_tokens: int
+    steps: int                  # decode steps (target forwards after prefill)
+    wall_s: float
+    tokens_per_s: float
+    tau: float                  # tokens emitted per target forward, mean over decode steps
+    mean_active: float
+    active_frac: float
+    vocab_size: int
+    coverage: float | None      # share of emitted tokens that were in the active set when drafted
+    draft_ms_per_step: float
+    lm_head_ms_per_step: float
+    draft_share: float          # draft time / decode wall time
+    prefill_ms: float
+    stop_reason: str            # eos | max_new_tokens | context | stopped
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    miss_counts: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(events: list[StepEvent], method: str, wall_s: float, stop_reason: str,
+              text: str = "") -> RunSummary:
+    decode = [e for e in events if not e.is_prefill]
+    prefill = [e for e in events if e.is_prefill]
+    new_tokens = sum(e.n_emitted for e in events)
+    n = len(decode)
+    mean = (lambda xs: sum(xs) / len(xs)) if n else (lambda xs: 0.0)
+    vocab = events[0].vocab_size if events else 0
+    # tau counts every emitted token incl. the bonus; a step cut at EOS still counts what it emitted
+    tau = mean([e.n_emitted for e in decode])
+    active = mean([e.active_size for e in decode])
+    covered = [e for e in decode if e.coverage is not None]
+    if covered:
+        in_set = sum(len(e.accepted_tokens) + int(bool(e.coverage)) for e in covered)
+        emitted = sum(len(e.accepted_tokens) + 1 for e in covered)
+        coverage = in_set / emitted
+    else:
+        coverage = None
+    decode_ms = sum(e.wall_ms for e in decode)
+    draft_ms = sum(e.draft_ms for e in decode)
+    return RunSummary(
+        method=method,
+        new_tokens=new_tokens,
+        steps=n,
+        wall_s=wall_s,
+        tokens_per_s=new_tokens / wall_s if wall_s > 0 else math.nan,
+        tau=tau,
+        mean_active=active,
+        active_frac=active / vocab if vocab else 0.0,
+        vocab_size=vocab,
+        coverage=coverage,
+        draft_ms_per_step=mean([e.draft_ms for e in decode]),
+        lm_head_ms_per_step=mean([e.phases.get("lm_head", 0.0) for e in decode]),
+        draft_share=draft_ms / decode_ms if decode_ms > 0 else 0.0,
+        prefill_ms=sum(e.wall_ms for e in prefill),
+        stop_reason=stop_reason,
+        output_ids=[t for e in events for t in e.tokens],
+        text=text,
+        miss_counts={k: sum(e.miss_kind == k for e in decode) for k in MISS_KINDS},
+    )
+
+
+# -- frames and trace files ------------------------------------------------------
+LIST_COLUMNS = ("tree_tokens", "tree_parents", "tree_depths", "tree_logprobs", "tree_in_active",
+                "accepted_path", "accepted_tokens", "tokens")
+
+
+def events_to_frame(events: list[StepEvent]) -> pd.DataFrame:
+    """One row per step; phases flattened to `phase_<name>` columns (ms); list columns kept as lists."""
+    rows = []
+    for e in events:
+        row = {k: v for k, v in e.to_dict().items() if k != "phases"}
+        for p in PHASES:
+            row[f"phase_{p}"] = float(e.phases.get(p, 0.0))
+        row["draft_ms"] = e.draft_ms
+        row["n_accepted"] = len(e.accepted_tokens)
+        row["n_emitted"] = e.n_emitted
+        rows.append(row)
+    cols = [f.name for f in fields(StepEvent) if f.name != "phases"] + [f"phase_{p}" for p in PHASES] \
+        + ["draft_ms", "n_accepted", "n_emitted"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def frame_to_events(frame: pd.DataFrame) -> list[StepEvent]:
+    events = []
+    for rec in frame.to_dict(orient="records"):
+        phases = {p: float(rec.pop(f"phase_{p}", 0.0)) for p in PHASES}
+        cov = rec.get("coverage")
+        rec["coverage"] = None if cov is None or (isinstance(cov, float) and math.isnan(cov)) else bool(cov)
+        events.append(StepEvent.from_dict({**rec, "phases": phases}))
+    return events
+
+
+def save_trace(path: str | Path, events: list[StepEvent], summary: RunSummary | None = None,
+               meta: dict | None = None) -> Path:
+    """`.json`: events + summary + meta. `.csv`: one row per step (lists as JSON strings)."""
+    path = Path(path)
+    if path.suffix == ".csv":
+        frame = events_to_frame(events)
+        for col in LIST_COLUMNS:
+            frame[col] = frame[col].map(json.dumps)
+        frame.to_csv(path, index=False)
+        return path
+    doc = {"format": "nanospec-trace", "version": TRACE_VERSION, "meta": meta or {},
+           "summary": summary.to_dict() if summary else None,
+           "events": [e.to_dict() for e in events]}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def load_trace(path: str | Path) -> tuple[list[StepEvent], RunSummary | None, dict]:
+    """Read a trace saved by `save_trace`; ValueError if the file is not one."""
+    path = Path(path)
+    try:
+        if path.suffix == ".csv":
+            frame = pd.read_csv(path)
+            for col in LIST_COLUMNS:
+                if col not in frame:
+                    raise ValueError(f"column {col!r} missing")
+                frame[col] = frame[col].map(json.loads)
+            frame["coverage"] = frame["coverage"].astype(object)
+            return frame_to_events(frame), None, {}
+        doc = json.loads(path.read_text())
+        if not isinstance(doc, dict) or doc.get("format") != "nanospec-trace":
+            raise ValueError("no 'format': 'nanospec-trace' header")
+        events = [StepEvent.from_dict(e) for e in doc["events"]]
+        summary = RunSummary(**doc["summary"]) if doc.get("summary") else None
+        return events, summary, doc.get("meta", {})
+    except ValueError as exc:
+        raise ValueError(f"{path.name} is not a NanoSpec trace (.json or .csv saved by NanoSpec): {exc}") from None
+    except (KeyError, TypeError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise ValueError(f"{path.name} is not a NanoSpec trace (.json or .csv saved by NanoSpec): {exc}") from None

@@ -1,0 +1,61 @@
+"""Random-weight target + matching draft head at any shape (tests, and benchmarks at real model shapes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from .head import EagleHead, head_config_from_target, save_head
+
+
+def random_target_config(vocab: int, hidden: int, layers: int, heads: int | None = None,
+                         kv_heads: int | None = None, intermediate: int | None = None,
+                         max_positions: int = 4096, config_like: str | None = None) -> LlamaConfig:
+    """A Llama config; with `config_like` (folder or hub id) its other fields are copied first."""
+    base = {}
+    if config_like:
+        base = AutoConfig.from_pretrained(config_like).to_dict()
+        for key in ("architectures", "model_type", "auto_map", "quantization_config", "torch_dtype", "dtype"):
+            base.pop(key, None)
+    heads = heads or max(1, hidden // 64)
+    base.update(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=kv_heads or heads,
+                head_dim=hidden // heads, intermediate_size=intermediate or 4 * hidden,
+                max_position_embeddings=base.get("max_position_embeddings", max_positions),
+                tie_word_embeddings=base.get("tie_word_embeddings", False))
+    base.setdefault("bos_token_id", 1)
+    base.setdefault("eos_token_id", 2)
+    return LlamaConfig(**{k: v for k, v in base.items() if k != "transformers_version"})
+
+
+def random_target(config: LlamaConfig, seed: int = 0, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(config).to(dtype)
+    return model.eval().requires_grad_(False)
+
+
+def random_head(target_config, seed: int = 1, layers: int = 1, dtype: torch.dtype = torch.float32) -> EagleHead:
+    torch.manual_seed(seed)
+    head = EagleHead(head_config_from_target(target_config, layers), bias=True)
+    return head.to(dtype).eval().requires_grad_(False)
+
+
+def write_random_pair(out: str | Path, vocab: int, hidden: int, layers: int,
+                      config_like: str | None = None, seed: int = 0) -> tuple[Path, Path]:
+    """Write `out/target` (a transformers folder) and `out/head` (EAGLE layout)."""
+    out = Path(out)
+    cfg = random_target_config(vocab, hidden, layers, config_like=config_like)
+    target = random_target(cfg, seed)
+    target.save_pretrained(out / "target")
+    if config_like:
+        try:  # keep a real tokenizer when the shape source has one and the vocabulary fits
+            tok = AutoTokenizer.from_pretrained(config_like)
+            if len(tok) <= vocab:
+                tok.save_pretrained(out / "target")
+        except (OSError, ValueError):
+            pass
+    save_head(random_head(target.config, seed + 1), out / "head")
+    return out / "target", out / "head"

@@ -1,0 +1,116 @@
+"""Draft-tree data and pure tensor functions: EAGLE-2 reranking, tree masks, positions, paths.
+
+A tree has T nodes; node 0 is the root (the last token the target emitted, not yet in its
+cache). `parents[i] < i` for every non-root node (parents before children), `parents[0] = -1`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    tokens: torch.Tensor     # [T] long, token id per node (node 0 = root)
+    parents: torch.Tensor    # [T] long, parent node index, -1 for the root
+    depths: torch.Tensor     # [T] long, 0 for the root
+    scores: torch.Tensor     # [T] float, cumulative draft log-prob (0 for the root)
+    in_active: torch.Tensor  # [T] bool, token was in the drafter's active set when drafted
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
+    """[T] parents -> [T, T] bool, mask[i, j] = j is i or an ancestor of i.
+
+    Transitive closure by repeated squaring of (I + parent edges): log2(T) small matmuls,
+    no data-dependent loop, so nothing syncs to the host.
+    """
+    t = parents.shape[0]
+    idx = torch.arange(t, device=parents.device)
+    step = torch.zeros(t, t + 1, device=parents.device)
+    step[idx, idx] = 1.0
+    step[idx, torch.where(parents >= 0, parents, t)] = 1.0  # column t swallows the root's "-1"
+    reach = step[:, :t]
+    for _ in range(max(1, (t - 1).bit_length())):
+        reach = ((reach @ reach) > 0).float()
+    return reach > 0
+
+
+def depths_from_parents(parents: torch.Tensor) -> torch.Tensor:
+    """Depth of each node (root = 0), from the ancestor mask's row sums."""
+    return ancestor_mask(parents).sum(dim=1) - 1
+
+
+def tree_attention_mask(parents: torch.Tensor, prefix_len: int) -> torch.Tensor:
+    """[1, 1, T, prefix_len + T] bool: each node sees the whole cached prefix and its ancestors."""
+    t = parents.shape[0]
+    prefix = torch.ones(t, prefix_len, dtype=torch.bool, device=parents.device)
+    return torch.cat([prefix, ancestor_mask(parents)], dim=1)[None, None]
+
+
+def tree_position_ids(depths: torch.Tensor, prefix_len: int) -> torch.Tensor:
+    """[1, T]: a node at depth d sits at sequence position prefix_len + d."""
+    return (depths + prefix_len)[None]
+
+
+def root_to_leaf_paths(parents: torch.Tensor) -> list[list[int]]:
+    """Every root-to-leaf path as node indices, leaves in index order."""
+    par = parents.tolist()
+    has_child = set(p for p in par if p >= 0)
+    paths = []
+    for leaf in range(len(par)):
+        if leaf in has_child:
+            continue
+        path = [leaf]
+        while par[path[-1]] >= 0:
+            path.append(par[path[-1]])
+        paths.append(path[::-1])
+    return paths
+
+
+def children_lists(parents: list[int]) -> list[list[int]]:
+    kids: list[list[int]] = [[] for _ in parents]
+    for i, p in enumerate(parents):
+        if p >= 0:
+            kids[p].append(i)
+    return kids
+
+
+def select_tree(
+    cand_tokens: torch.Tensor,
+    cand_parents: torch.Tensor,
+    cand_scores: torch.Tensor,
+    cand_in_active: torch.Tensor,
+    root_token: int,
+    root_in_active: torch.Tensor | bool,
+    n_keep: int,
+) -> DraftTree:
+    """EAGLE-2 rerank: keep the `n_keep` best candidates by cumulative log-prob and build the tree.
+
+    Candidates are given in expansion order (each candidate's parent comes earlier), with
+    `cand_parents[i] = -1` for children of the root, else the candidate index of the parent.
+    A child's score never exceeds its parent's, and a stable sort keeps earlier (shallower)
+    candidates first on ties, so every kept node's parent is kept too.
+    """
+    n = cand_tokens.shape[0]
+    n_keep = min(n_keep, n)
+    order = torch.sort(cand_scores, descending=True, stable=True).indices[:n_keep]
+    kept = torch.sort(order).values  # expansion order => parents before children
+    # Map candidate index -> tree node index (root is node 0).
+    remap = torch.full((n + 1,), -1, dtype=torch.long, device=cand_tokens.device)
+    remap[kept] = torch.arange(1, n_keep + 1, device=cand_tokens.device)
+    par = cand_parents[kept]
+    node_par = torch.where(par >= 0, remap[par.clamp(min=0)], torch.zeros_like(par))
+    if bool((node_par < 0).any()):
+        raise RuntimeError("tree selection dropped a parent of a kept node")
+    dev = cand_tokens.device
+    parents = torch.cat([torch.tensor([-1], device=dev), node_par])
+    tokens = torch.cat([torch.tensor([root_token], device=dev), cand_tokens[kept]])
+    scores = torch.cat([torch.zeros(1, device=dev, dtype=cand_scores.dtype), cand_scores[kept]])
+    root_flag = torch.as_tensor(root_in_active, dtype=torch.bool, device=dev).reshape(1)
+    in_active = torch.cat([root_flag, cand_in_active[kept]])
+    return DraftTree(tokens, parents, depths_from_parents(parents), scores, in_active)

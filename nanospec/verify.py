@@ -1,0 +1,122 @@
+"""Target forward through the stock transformers model, and the lossless acceptance rules."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+
+from .tree import children_lists
+
+
+@dataclass
+class TargetOutput:
+    hidden: torch.Tensor         # [q, H] last hidden state after the final norm (what the LM head reads)
+    logits: torch.Tensor | None  # [q, V] full-vocabulary logits, fp32
+
+
+def _cache_kwarg(model) -> str:
+    # transformers 5.x renamed `past_key_values` to `cache`; accept either.
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def model_mask(mask: torch.Tensor | None, model, dtype: torch.dtype) -> torch.Tensor | None:
+    """Bool [1,1,q,kv] (True = attend) -> the form the model's attention implementation reads."""
+    if mask is None:
+        return None
+    impl = getattr(model.config, "_attn_implementation", "sdpa")
+    if impl == "sdpa":
+        return mask
+    # eager & friends add the mask to the scores.
+    out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return out.masked_fill(~mask, torch.finfo(dtype).min)
+
+
+@torch.inference_mode()
+def target_forward(
+    model,
+    input_ids: torch.Tensor,             # [1, q]
+    position_ids: torch.Tensor,          # [1, q]
+    cache,
+    mask: torch.Tensor | None = None,    # [1, 1, q, kv] bool, None = causal
+    with_logits: bool = True,
+) -> TargetOutput:
+    base = model.base_model
+    kwargs = {_cache_kwarg(base): cache}
+    out = base(
+        input_ids=input_ids,
+        position_ids=position_ids,
+        attention_mask=model_mask(mask, model, model.dtype),
+        use_cache=True,
+        **kwargs,
+    )
+    hidden = out.last_hidden_state[0]  # [q, H]
+    logits = model.get_output_embeddings()(hidden).float() if with_logits else None
+    return TargetOutput(hidden=hidden, logits=logits)
+
+
+def warp_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Target sampling distribution: softmax(logits / T), then nucleus (top-p) truncation."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p >= 1.0:
+        return probs
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+    # keep the smallest prefix whose mass reaches top_p (the first token always stays)
+    drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    out = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+    return out / out.sum(-1, keepdim=True)
+
+
+def greedy_accept(tokens: list[int], parents: list[int], target_argmax: list[int]) -> tuple[list[int], int]:
+    """Longest root-to-leaf path whose every token equals the target's argmax at its parent.
+
+    Returns (accepted node path starting with the root node 0, bonus token = argmax at its end).
+    """
+    kids = children_lists(parents)
+    path = [0]
+    while True:
+        want = target_argmax[path[-1]]
+        nxt = next((c for c in kids[path[-1]] if tokens[c] == want), None)
+        if nxt is None:
+            return path, want
+        path.append(nxt)
+
+
+def sample_accept(
+    tokens: list[int],
+    parents: list[int],
+    p: torch.Tensor,                 # [T, V] target probabilities at each node (warped), on CPU
+    generator: torch.Generator,
+) -> tuple[list[int], int]:
+    """Lossless multi-candidate rejection for deterministic (top-k) drafts.
+
+    At node n with target distribution p_n, try its children x in draft order: accept x with
+    probability p_n(x) / sum(p_n); on rejection set p_n(x) = 0 (renormalising implicitly) and try
+    the next sibling. If all are rejected, the bonus token is sampled from what remains. Each
+    draft is a point mass, so this is exactly a draw from p_n (SpecInfer / EAGLE rule).
+    """
+    kids = children_lists(parents)
+    path = [0]
+    while True:
+        node = path[-1]
+        p_n = p[node].clone()
+        accepted = None
+        for c in kids[node]:
+            x = tokens[c]
+            mass = float(p_n.sum())
+            if mass <= 0:
+                break
+            u = float(torch.rand((), generator=generator))
+            if u * mass < float(p_n[x]):
+                accepted = c
+                break
+            p_n[x] = 0.0
+        if accepted is None:
+            if float(p_n.sum()) <= 0:  # only reachable through float round-off
+                p_n = p[node].clone()
+            bonus = int(torch.multinomial(p_n, 1, generator=generator))
+            return path, bonus
+        path.append(accepted)

@@ -1,0 +1,210 @@
+"""Draft-vocabulary policies: which LM-head rows the drafter scores (DESIGN.md §1.2–1.3).
+
+One small interface serves every policy:
+    begin_request(prompt_ids, prompt_top)   Ctx: reset, add prompt ids + target top-k per position
+    propose(candidate_ids) -> Proposal      Ext, part 1: find new ids with tensor ops (no host sync)
+    commit(proposal, n_new)                 Ext, part 2: evict FIFO, write ids, gather only new rows
+    logits(h) -> [q, A]                     drafter logits over the active rows
+    slot_ids(slots) -> ids                  map active-row indices back to vocabulary ids
+    contains(ids) -> bool tensor
+
+The engine reads `n_new` from the device together with the accepted tokens (one transfer per
+step), so finding new ids never syncs on its own. On CUDA the row gather runs on a side stream
+and the compute stream waits on its event only right before the next LM-head matmul.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .timing import PhaseTimer
+
+
+@dataclass
+class Proposal:
+    ids: torch.Tensor    # [M] new ids first (in first-seen order), then padding
+    n_new: torch.Tensor  # [] long, on device
+
+
+class FullVocab:
+    """EAGLE-2 baseline: every row of the LM head."""
+
+    name = "full"
+
+    def __init__(self, lm_head_weight: torch.Tensor):
+        self.weight = lm_head_weight  # [V, H]
+        self.vocab_size = lm_head_weight.shape[0]
+        self.rows_gathered = 0
+
+    @property
+    def size(self) -> int:
+        return self.vocab_size
+
+    def begin_request(self, prompt_ids: torch.Tensor, prompt_top: torch.Tensor) -> int:
+        return 0
+
+    def propose(self, candidate_ids: torch.Tensor) -> Proposal | None:
+        return None
+
+    def commit(self, proposal: Proposal | None, n_new: int) -> int:
+        return 0
+
+    def wait_ready(self, timer: PhaseTimer | None = None) -> None:
+        pass
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        return h @ self.weight.T  # [q, V]
+
+    def slot_ids(self, slots: torch.Tensor) -> torch.Tensor:
+        return slots
+
+    def contains(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.ones_like(ids, dtype=torch.bool)
+
+
+class ActiveVocab:
+    """A pinned core of ids (static / hybrid) plus a FIFO ring of in-context ids (nanospec / hybrid).
+
+    Rows live in one contiguous buffer `[core + capacity, H]`; slots [0, core) hold the core,
+    slots [core, core + capacity) the ring. Membership is a bool mask over V (+1 dummy entry)
+    and slot ids a long tensor, both on the model's device.
+    """
+
+    def __init__(self, lm_head_weight: torch.Tensor, core_ids: torch.Tensor | None, capacity: int,
+                 name: str = "nanospec", side_stream: bool = True):
+        w = lm_head_weight
+        self.name = name
+        self.weight = w
+        self.vocab_size, hidden = w.shape
+        self.device = w.device
+        core = core_ids.to(self.device, torch.long) if core_ids is not None else torch.empty(0, dtype=torch.long, device=w.device)
+        self.core = core
+        self.n_core = int(core.shape[0])
+        self.capacity = int(capacity)
+        total = self.n_core + self.capacity
+        self.buffer = torch.empty(total, hidden, dtype=w.dtype, device=self.device)  # [S, H]
+        self.ids = torch.full((total,), -1, dtype=torch.long, device=self.device)
+        self.member = torch.zeros(self.vocab_size + 1, dtype=torch.bool, device=self.device)
+        self._first = torch.empty(self.vocab_size, dtype=torch.long, device=self.device)
+        self.stream = torch.cuda.Stream(self.device) if (side_stream and self.device.type == "cuda") else None
+        self.ready: torch.cuda.Event | None = None
+        self.rows_gathered = 0  # rows copied from the LM head since construction (test hook)
+        self._reset()
+
+    # -- state -----------------------------------------------------------------
+    def _reset(self) -> None:
+        self.member.zero_()
+        self.ids.fill_(-1)
+        self.count = 0  # filled ring slots (host int, known from committed n_new)
+        self.ptr = 0    # next ring slot to write
+        if self.n_core:
+            self.ids[: self.n_core] = self.core
+            self.member[self.core] = True
+            self.buffer[: self.n_core] = self.weight.index_select(0, self.core)
+            self.rows_gathered += self.n_core
+
+    @property
+    def size(self) -> int:
+        return self.n_core + self.count
+
+    # -- Ctx / Ext ---------------------------------------------------------------
+    def begin_request(self, prompt_ids: torch.Tensor, prompt_top: torch.Tensor) -> int:
+        """Ctx: reset the in-context part, then add every prompt id and the target's top-k per position."""
+        if self.capacity == 0:
+            return 0
+        if self.count:
+            self.wait_ready()
+            self.member.zero_()
+            self.ids[self.n_core:] = -1
+            if self.n_core:
+                self.member[self.core] = True
+            self.count, self.ptr = 0, 0
+        prop = self.propose(torch.cat([prompt_ids.reshape(-1), prompt_top.reshape(-1)]))
+        return self.commit(prop, int(prop.n_new))
+
+    def propose(self, candidate_ids: torch.Tensor) -> Proposal | None:
+        """New ids among the candidates, first-seen order, found with fixed-size tensor ops."""
+        if self.capacity == 0:
+            return None
+        cand = candidate_ids.reshape(-1).to(self.device, torch.long)
+        m = cand.shape[0]
+        pos = torch.arange(m, device=self.device)
+        # first occurrence of each id within the candidates (scatter-min over V)
+        self._first.fill_(m)
+        self._first.scatter_reduce_(0, cand, pos, reduce="amin")
+        fresh = (self._first[cand] == pos) & ~self.member[cand]
+        # stable sort puts the fresh ids first, in the order they were seen
+        order = torch.sort((~fresh).to(torch.int8), stable=True).indices
+        return Proposal(ids=cand[order], n_new=fresh.sum())
+
+    def commit(self, proposal: Proposal | None, n_new: int) -> int:
+        """Write `n_new` proposed ids into the ring (evicting the oldest) and gather only their rows."""
+        if proposal is None or n_new == 0:
+            return 0
+        new = proposal.ids[:n_new][-self.capacity:]  # more new ids than capacity: keep the latest
+        n = int(new.shape[0])
+        ring = (self.ptr + torch.arange(n, device=self.device)) % self.capacity
+        slots = ring + self.n_core
+        evicted = self.ids[slots]
+        self.member[torch.where(evicted >= 0, evicted, self.vocab_size)] = False
+        self.member[self.vocab_size] = False
+        self.ids[slots] = new
+        self.member[new] = True
+        self._gather(new, slots)
+        self.ptr = (self.ptr + n) % self.capacity
+        self.count = min(self.capacity, self.count + n)
+        return n
+
+    def _gather(self, new: torch.Tensor, slots: torch.Tensor) -> None:
+        self.rows_gathered += int(new.shape[0])
+        if self.stream is None:
+            self.buffer[slots] = self.weight.index_select(0, new)
+            return
+        # side stream: copy the new rows while the compute stream runs the draft layer
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            self.buffer[slots] = self.weight.index_select(0, new)
+            self.ready = torch.cuda.Event()
+            self.ready.record(self.stream)
+        for t in (new, slots):
+            t.record_stream(self.stream)
+
+    def wait_ready(self, timer: PhaseTimer | None = None) -> None:
+        """Make the compute stream wait for the last gather (called just before the LM head)."""
+        if self.ready is None:
+            return
+        if timer is None:
+            torch.cuda.current_stream(self.device).wait_event(self.ready)
+        else:
+            with timer.phase("gather_wait"):
+                torch.cuda.current_stream(self.device).wait_event(self.ready)
+        self.ready = None
+
+    # -- drafting ----------------------------------------------------------------
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """[q, H] -> [q, A] logits over the active rows only (A = core + filled ring slots)."""
+        return h @ self.buffer[: self.size].T
+
+    def slot_ids(self, slots: torch.Tensor) -> torch.Tensor:
+        return self.ids[slots]
+
+    def contains(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.member[ids]
+
+
+def build_vocab(policy: str, lm_head_weight: torch.Tensor, *, capacity: int,
+                frequent_ids: torch.Tensor | None, static_size: int, core_size: int):
+    """Policy name -> vocabulary object (a fresh one per engine; `begin_request` resets per request)."""
+    if policy == "full":
+        return FullVocab(lm_head_weight)
+    if policy in ("static", "hybrid") and frequent_ids is None:
+        raise ValueError(f"policy {policy!r} needs a token-frequency table (frequent_ids)")
+    if policy == "static":
+        return ActiveVocab(lm_head_weight, frequent_ids[:static_size], 0, name="static")
+    if policy == "nanospec":
+        return ActiveVocab(lm_head_weight, None, capacity, name="nanospec")
+    if policy == "hybrid":
+        return ActiveVocab(lm_head_weight, frequent_ids[:core_size], capacity, name="hybrid")
+    raise ValueError(f"policy must be one of full, static, nanospec, hybrid; got {policy!r}")

@@ -1,0 +1,42 @@
+"""Shared fixtures: a tiny random Llama target with a 32k vocabulary and a random EAGLE head."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nanospec.engine import SpecEngine
+from nanospec.random_pair import random_head, random_target, random_target_config
+
+VOCAB = 32000
+
+
+@pytest.fixture(scope="session")
+def tiny_pair():
+    cfg = random_target_config(VOCAB, 64, 2, heads=2, kv_heads=1, intermediate=128, max_positions=512)
+    target = random_target(cfg, seed=0)
+    head = random_head(target.config, seed=1)
+    return target, head
+
+
+@pytest.fixture(scope="session")
+def frequent_ids():
+    return torch.randperm(VOCAB, generator=torch.Generator().manual_seed(3))
+
+
+@pytest.fixture()
+def engine(tiny_pair, frequent_ids):
+    target, head = tiny_pair
+    return SpecEngine(target, None, head, frequent_ids=frequent_ids, eos_token_ids=[])
+
+
+@pytest.fixture(scope="session")
+def prompts():
+    g = torch.Generator().manual_seed(11)
+    out = []
+    for i in range(20):
+        n = 4 + (i * 7) % 27
+        # repeated spans make the in-context vocabulary matter
+        base = torch.randint(0, VOCAB, (n,), generator=g).tolist()
+        out.append(base + base[: n // 2])
+    return out

@@ -1,0 +1,54 @@
+"""Oracle drafter for tests: puts the target's true greedy continuation on one branch of the tree.
+
+It implements the same three-call drafter interface as `EagleDrafter`, so the engine's
+verification, acceptance, bonus token and KV compaction are exercised with long accepted paths.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nanospec.tree import DraftTree, depths_from_parents
+
+
+class OracleDrafter:
+    def __init__(self, truth: list[int], vocab_size: int, correct: int | None = None, decoys: int = 2,
+                 seed: int = 0):
+        self.truth = list(truth)        # the target's greedy output, first generated token first
+        self.vocab_size = vocab_size
+        self.correct = correct          # only this many true tokens per branch, then wrong ones
+        self.decoys = decoys
+        self.rng = torch.Generator().manual_seed(seed)
+        self.pos = 0
+
+    def begin(self, prompt_ids, features, next_token: int) -> None:
+        assert next_token == self.truth[0]
+        self.pos = 1                    # index in truth of the token after the root
+
+    def update(self, features, next_tokens, timer) -> None:
+        self.pos += int(next_tokens.shape[0])
+
+    def draft(self, root_token: int, vocab, tree, timer) -> DraftTree:
+        tokens, parents = [root_token], [-1]
+        chain_parent = 0
+        for d in range(tree.depth):
+            i = self.pos + d
+            true = self.truth[i] if i < len(self.truth) else 0
+            tok = true if self.correct is None or d < self.correct else (true + 7) % self.vocab_size
+            level = [(true + 1 + j) % self.vocab_size for j in range(self.decoys)] + [tok]
+            order = torch.randperm(len(level), generator=self.rng).tolist()  # true branch not always first
+            for j in order:
+                if len(tokens) >= tree.total_tokens:
+                    break
+                tokens.append(level[j])
+                parents.append(chain_parent)
+                if j == len(level) - 1:
+                    chain_idx = len(tokens) - 1
+            else:
+                chain_parent = chain_idx
+                continue
+            break
+        t = torch.tensor(tokens)
+        p = torch.tensor(parents)
+        d = depths_from_parents(p)
+        return DraftTree(t, p, d, -d.float(), vocab.contains(t))
