@@ -154,5 +154,21 @@ def _load_pretrained(name_or_path: str, dtype: torch.dtype, trust_remote_code: b
         # Tree verification needs a 4-D mask; eager attention takes one too, only slower.
         logger.warning("%s does not support sdpa attention (%s); using eager attention.", name_or_path, err)
         hf_model = AutoModelForCausalLM.from_pretrained(name_or_path, attn_implementation="eager", **kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, TypeError):
+        tokenizer = _fallback_tokenizer(name_or_path, hf_model)
     return hf_model, tokenizer
+
+
+def _fallback_tokenizer(name_or_path: str, hf_model):
+    """A folder without tokenizer files (e.g. from `random-pair`): borrow the default model's
+    tokenizer when its ids fit the model's vocabulary, so text prompts still work."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(ensure_default_model()))
+    if len(tok) > hf_model.config.vocab_size:
+        raise ValueError(f"{name_or_path} has no tokenizer files and its vocabulary ({hf_model.config.vocab_size}) "
+                         f"is smaller than the default tokenizer's ({len(tok)}); add a tokenizer to the folder")
+    logger.warning("%s has no tokenizer; using the default model's tokenizer for text prompts.", name_or_path)
+    return tok

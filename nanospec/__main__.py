@@ -1,0 +1,189 @@
+"""Command line: `python -m nanospec {generate,compare,random-pair,train-head,freq-table,record-lesson}`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .config import METHODS, GenerationConfig, TreeConfig, VocabConfig
+
+
+def _progress_bar():
+    """A `progress(message, fraction)` callback drawing one tqdm bar (first-run fetch/conversion)."""
+    from tqdm import tqdm
+    bar = tqdm(total=1.0, bar_format="{desc} {percentage:3.0f}%|{bar}|", file=sys.stderr, leave=False)
+
+    def progress(message: str, fraction: float | None) -> None:
+        bar.set_description_str(message[:60])
+        if fraction is not None:
+            bar.n = fraction
+        bar.refresh()
+    return progress
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="hub id or local folder (default: offline SmolLM2-135M-Instruct)")
+    p.add_argument("--head", default=None, help="EAGLE-1/2 head folder (default: the shipped head for the default model)")
+    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: CUDA if available)")
+    p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on GPU, fp32 on CPU)")
+    p.add_argument("--freq-table", default=None, help="token-frequency table for static/hybrid")
+
+
+def _add_decode_args(p: argparse.ArgumentParser) -> None:
+    t, v = TreeConfig(), VocabConfig()
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--depth", type=int, default=t.depth)
+    p.add_argument("--top-k", type=int, default=t.top_k)
+    p.add_argument("--total-tokens", type=int, default=t.total_tokens)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--capacity", type=int, default=v.capacity)
+    p.add_argument("--static-size", type=int, default=v.static_size)
+    p.add_argument("--core-size", type=int, default=v.core_size)
+
+
+def _decode_options(a) -> dict:
+    return dict(max_new_tokens=a.max_new_tokens, depth=a.depth, top_k=a.top_k, total_tokens=a.total_tokens,
+                temperature=a.temperature, top_p=a.top_p, seed=a.seed, capacity=a.capacity,
+                static_size=a.static_size, core_size=a.core_size)
+
+
+def _load(a):
+    from .pair import load_pair
+    return load_pair(a.model, a.head, device=a.device, dtype=a.dtype, freq_table=a.freq_table,
+                     progress=_progress_bar())
+
+
+def _read_prompts(path: str | None, split: str | None) -> list:
+    from .prompts import load_prompts, prompt_messages
+    return [prompt_messages(item) for item in load_prompts(path, split=split)]
+
+
+def cmd_generate(a) -> int:
+    engine, info = _load(a)
+    prompt = a.prompt if a.prompt is not None else _read_prompts(a.prompts, None)[0]
+    cfg = GenerationConfig.build(a.method, **_decode_options(a))
+    run = engine.stream(prompt, cfg)
+    printed = []
+    for event in run:
+        printed.extend(event.tokens)
+        if a.stream:
+            print(engine.tokenizer.decode(event.tokens, skip_special_tokens=True), end="", flush=True)
+    s = run.summary
+    print(("\n" if a.stream else "") + ("" if a.stream else s.text))
+    print(f"\n[{info.target} | {a.method} | {info.device}] {s.new_tokens} tokens in {s.wall_s:.2f} s = "
+          f"{s.tokens_per_s:.2f} tok/s, tau {s.tau:.2f}, mean active {s.mean_active:.0f} "
+          f"({100 * s.active_frac:.2f}% of V), coverage "
+          f"{'-' if s.coverage is None else f'{100 * s.coverage:.1f}%'}, draft {s.draft_ms_per_step:.2f} ms/step, "
+          f"stop: {s.stop_reason}", file=sys.stderr)
+    if a.trace:
+        from .events import save_trace
+        save_trace(a.trace, run.events, s, meta={"target": info.target, "config": cfg.to_dict()})
+    return 0
+
+
+def cmd_compare(a) -> int:
+    from .bench import compare, format_table, peak_memory_mb
+    engine, info = _load(a)
+    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise ValueError(f"--methods: unknown {bad}; allowed: {', '.join(METHODS)}")
+    prompts = _read_prompts(a.prompts, a.split)
+    if a.limit:
+        prompts = prompts[: a.limit]
+    done = [0]
+
+    def progress(i, n):
+        done[0] = i
+        print(f"\r  prompt {i}/{n}", end="", file=sys.stderr, flush=True)
+    table = compare(engine, prompts, methods, _decode_options(a), prompt_lookup=a.prompt_lookup,
+                    progress=progress, repeat=a.repeat)
+    print(file=sys.stderr)
+    print(f"target {info.target} (V={info.vocab_size}, H={info.hidden_size}) | head {info.head} | "
+          f"device {info.device} {info.dtype} | {len(prompts)} prompts x {a.repeat} | "
+          f"max_new_tokens {a.max_new_tokens} | tree depth {a.depth} top_k {a.top_k} total {a.total_tokens} | "
+          f"temperature {a.temperature}")
+    print(format_table(table))
+    print(f"peak memory (RSS): {peak_memory_mb():.0f} MB")
+    if a.json:
+        Path(a.json).write_text(json.dumps(table, indent=2))
+    if a.temperature == 0 and any(r["identical_to_ar"] is False for r in table if r["method"] != "prompt_lookup"):
+        print("ERROR: a speculative method's output differs from autoregressive decoding", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_random_pair(a) -> int:
+    from .random_pair import write_random_pair
+    target, head = write_random_pair(a.out, a.vocab, a.hidden, a.layers, config_like=a.config_like, seed=a.seed)
+    print(f"target: {target}\nhead:   {head}")
+    return 0
+
+
+def _forward(module: str):
+    def run(a) -> int:
+        import importlib
+        return importlib.import_module(f"nanospec.{module}").main(a.rest)
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m nanospec", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="generate text and print the run summary")
+    _add_model_args(g)
+    _add_decode_args(g)
+    g.add_argument("prompt", nargs="?", default=None, help="prompt text (default: first prompt of --prompts)")
+    g.add_argument("--prompts", default=None, help="JSONL prompts file")
+    g.add_argument("--method", default="nanospec", choices=METHODS)
+    g.add_argument("--stream", action="store_true", help="print tokens as each step emits them")
+    g.add_argument("--trace", default=None, help="save the run's trace (.json or .csv)")
+    g.set_defaults(func=cmd_generate)
+
+    c = sub.add_parser("compare", help="same prompts through every method; a table of speed and acceptance")
+    _add_model_args(c)
+    _add_decode_args(c)
+    c.add_argument("--prompts", default=None, help="JSONL prompts (default: the project's prompt set)")
+    c.add_argument("--split", default=None, choices=["train", "heldout"], help="prompt split")
+    c.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    c.add_argument("--methods", default=",".join(METHODS))
+    c.add_argument("--prompt-lookup", type=int, default=0, metavar="N",
+                   help="also run transformers' prompt-lookup decoding with N tokens (outside reference)")
+    c.add_argument("--repeat", type=int, default=1)
+    c.add_argument("--json", default=None, help="write the table as JSON")
+    c.set_defaults(func=cmd_compare)
+
+    r = sub.add_parser("random-pair", help="write a random-weight target folder and a matching head folder")
+    r.add_argument("out")
+    r.add_argument("--vocab", type=int, required=True)
+    r.add_argument("--hidden", type=int, required=True)
+    r.add_argument("--layers", type=int, required=True)
+    r.add_argument("--config-like", default=None, help="copy other config fields from this folder or hub id")
+    r.add_argument("--seed", type=int, default=0)
+    r.set_defaults(func=cmd_random_pair)
+
+    for name, module, text in (("train-head", "train_head", "train the draft head for the default target"),
+                               ("freq-table", "freq_table", "build the token-frequency table"),
+                               ("record-lesson", "lesson_traces", "record the lesson's traces")):
+        f = sub.add_parser(name, help=text, add_help=False)
+        f.add_argument("rest", nargs=argparse.REMAINDER)
+        f.set_defaults(func=_forward(module))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""`compare`: the same prompts through every method, one table of honest, same-run numbers.
+
+Methods run interleaved per prompt (ar, full, static, nanospec, hybrid, ...), after one warm-up
+generation each, so machine noise hits all of them alike. Speedup is the median over prompts of
+(method tokens/s / ar tokens/s on that prompt); tokens/s and per-step times are medians over
+prompts; τ, mean active size and coverage pool every step.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .config import GenerationConfig
+from .engine import SpecEngine
+
+TABLE_KEYS = ("method", "tokens_per_s", "speedup", "tau", "draft_ms_per_step", "lm_head_ms_per_step",
+              "mean_active", "active_frac", "coverage", "identical_to_ar", "n_prompts", "new_tokens")
+
+
+@dataclass
+class MethodRows:
+    method: str
+    tps: list[float]
+    draft_ms: list[float]
+    lm_head_ms: list[float]
+    outputs: list[list[int]]
+    steps: int = 0
+    emitted: int = 0
+    active_sum: float = 0.0
+    cov_in: int = 0
+    cov_all: int = 0
+    new_tokens: int = 0
+
+
+def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict,
+            prompt_lookup: int = 0, progress=None, repeat: int = 1) -> list[dict]:
+    """Run `methods` (ar first, added if missing) on every prompt; return one dict per method."""
+    methods = ["ar"] + [m for m in methods if m != "ar"]
+    configs = {m: GenerationConfig.build(m, **options) for m in methods}
+    for cfg in configs.values():
+        cfg.validate()
+    ids = [engine._prompt_ids(p) for p in prompts]
+    rows = {m: MethodRows(m, [], [], [], []) for m in methods}
+    if prompt_lookup:
+        rows["prompt_lookup"] = MethodRows("prompt_lookup", [], [], [], [])
+    for m in methods:  # warm-up (allocators, kernels), excluded
+        engine.generate(ids[0], configs[m].__class__.build(m, **{**options, "max_new_tokens": 4}))
+    total = len(ids) * repeat
+    done = 0
+    for _ in range(repeat):
+        for p in ids:
+            for m in methods:
+                _record(rows[m], engine.generate(p, configs[m]))
+            if prompt_lookup:
+                _record_lookup(rows["prompt_lookup"], engine, p, configs["ar"], prompt_lookup)
+            done += 1
+            if progress:
+                progress(done, total)
+    return _table(rows, greedy=configs["ar"].sampling.greedy, vocab_size=engine.vocab_size)
+
+
+def _record(row: MethodRows, result) -> None:
+    s = result.summary
+    decode = [e for e in result.events if not e.is_prefill]
+    row.tps.append(s.tokens_per_s)
+    row.draft_ms.append(s.draft_ms_per_step)
+    row.lm_head_ms.append(s.lm_head_ms_per_step)
+    row.outputs.append(s.output_ids)
+    row.steps += len(decode)
+    row.emitted += sum(e.n_emitted for e in decode)
+    row.active_sum += sum(e.active_size for e in decode)
+    row.new_tokens += s.new_tokens
+    for e in decode:
+        if e.coverage is not None:
+            row.cov_in += len(e.accepted_tokens) + int(e.coverage)
+            row.cov_all += len(e.accepted_tokens) + 1
+
+
+@torch.inference_mode()
+def _record_lookup(row: MethodRows, engine: SpecEngine, prompt_ids: list[int], cfg: GenerationConfig,
+                   n_lookup: int) -> None:
+    """transformers' own prompt-lookup decoding on the same target, as an outside reference."""
+    model = engine.model
+    inp = torch.tensor([prompt_ids], device=engine.device)
+    eos = sorted(engine.eos_token_ids) or None
+    t0 = time.perf_counter()
+    out = model.generate(inp, attention_mask=torch.ones_like(inp), max_new_tokens=cfg.max_new_tokens,
+                         do_sample=False, prompt_lookup_num_tokens=n_lookup, eos_token_id=eos,
+                         pad_token_id=eos[0] if eos else None)
+    wall = time.perf_counter() - t0
+    gen = out[0, inp.shape[1]:].tolist()
+    row.tps.append(len(gen) / wall)
+    row.outputs.append(gen)
+    row.new_tokens += len(gen)
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[dict]:
+    ar = rows["ar"]
+    table = []
+    for name, r in rows.items():
+        speedups = [a / b for a, b in zip(r.tps, ar.tps) if b > 0]
+        identical = None
+        if greedy:
+            identical = all(o == ref for o, ref in zip(r.outputs, ar.outputs)) and len(r.outputs) == len(ar.outputs)
+        drafts = name not in ("ar", "prompt_lookup")
+        mean_active = r.active_sum / r.steps if r.steps else 0.0
+        table.append({
+            "method": name,
+            "tokens_per_s": _median(r.tps),
+            "speedup": _median(speedups),
+            "tau": r.emitted / r.steps if r.steps else (1.0 if name == "ar" else float("nan")),
+            "draft_ms_per_step": _median(r.draft_ms) if r.draft_ms else None,
+            "lm_head_ms_per_step": _median(r.lm_head_ms) if r.lm_head_ms else None,
+            "mean_active": mean_active if drafts else None,
+            "active_frac": mean_active / vocab_size if drafts else None,
+            "coverage": r.cov_in / r.cov_all if r.cov_all else None,
+            "identical_to_ar": identical,
+            "n_prompts": len(r.outputs),
+            "new_tokens": r.new_tokens,
+        })
+    return table
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process (Linux ru_maxrss is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def format_table(table: list[dict]) -> str:
+    head = f"{'method':<14}{'tok/s':>8}{'speedup':>9}{'tau':>7}{'draft ms':>10}{'lm_head ms':>11}" \
+           f"{'active':>9}{'% of V':>8}{'coverage':>10}{'identical':>11}"
+    lines = [head, "-" * len(head)]
+    for row in table:
+        fmt = lambda v, spec: "-" if v is None or v != v else format(v, spec)  # noqa: E731
+        ident = {True: "yes", False: "NO", None: "-"}[row["identical_to_ar"]]
+        lines.append(
+            f"{row['method']:<14}{fmt(row['tokens_per_s'], '8.2f')}{fmt(row['speedup'], '8.2f')}x"
+            f"{fmt(row['tau'], '7.2f')}{fmt(row['draft_ms_per_step'], '10.2f')}"
+            f"{fmt(row['lm_head_ms_per_step'], '11.2f')}{fmt(row['mean_active'], '9.0f')}"
+            f"{fmt(None if row['active_frac'] is None else 100 * row['active_frac'], '7.2f')}%"
+            f"{fmt(None if row['coverage'] is None else 100 * row['coverage'], '9.1f')}%{ident:>11}")
+    return "\n".join(lines)

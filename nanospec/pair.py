@@ -1,0 +1,62 @@
+"""Assemble a ready engine: target + draft head + token-frequency table (the offline default by default)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .default_model import ProgressFn, is_default_alias
+from .engine import SpecEngine
+from .head import load_head
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+DEFAULT_HEAD = ASSETS / "heads" / "smollm2-135m-eagle"
+DEFAULT_FREQ = ASSETS / "freq" / "smollm2_token_freq.safetensors"
+
+
+@dataclass
+class PairInfo:
+    target: str
+    head: str | None
+    device: str
+    dtype: str
+    vocab_size: int
+    hidden_size: int
+
+
+def load_pair(model: str | None = None, head: str | Path | None = None, *, device: str | None = None,
+              dtype: str | None = None, freq_table: str | Path | None = None,
+              progress: ProgressFn | None = None, trust_remote_code: bool = False) -> tuple[SpecEngine, PairInfo]:
+    """`model=None` is the offline default SmolLM2-135M-Instruct with the project's shipped head.
+
+    A head folder may be omitted for other targets: then only `ar` runs. The frequency table
+    (for `static` / `hybrid`) defaults to the shipped one when its vocabulary matches the target.
+    """
+    from .freq_table import load_frequency_table, top_ids
+    from .loading import load_target
+
+    loaded = load_target(model, device=device, dtype=dtype, progress=progress, trust_remote_code=trust_remote_code)
+    target = loaded.model
+    if head is None and is_default_alias(model) and DEFAULT_HEAD.exists():
+        head = DEFAULT_HEAD
+    draft = None
+    if head is not None:
+        head_path = Path(head)
+        if not head_path.is_dir():
+            raise ValueError(f"head must be a folder with an EAGLE-1/2 checkpoint; {head} is not a folder")
+        draft = load_head(head_path, target=target, device=loaded.device, dtype=loaded.dtype)
+    vocab = target.get_output_embeddings().weight.shape[0]
+    frequent = None
+    table = Path(freq_table) if freq_table is not None else DEFAULT_FREQ
+    if table.exists():
+        counts = load_frequency_table(table)
+        if counts.shape[0] == vocab:
+            frequent = top_ids(counts, vocab)
+        elif freq_table is not None:
+            raise ValueError(f"frequency table {table} has {counts.shape[0]} entries; the target's vocabulary has {vocab}")
+    engine = SpecEngine(target, loaded.tokenizer, draft, frequent_ids=frequent)
+    info = PairInfo(target=loaded.name, head=str(head) if head is not None else None, device=str(loaded.device),
+                    dtype=str(loaded.dtype).removeprefix("torch."), vocab_size=vocab,
+                    hidden_size=target.config.hidden_size)
+    return engine, info
+
