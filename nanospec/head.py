@@ -108,7 +108,8 @@ def load_head(folder: str | Path, target=None, device: torch.device | str = "cpu
     bias = bool(raw.pop("bias", True))
     config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
     state = _read_state(folder)
-    state = {k.removeprefix("model."): v for k, v in state.items()}
+    # older public heads carry per-layer `rotary_emb.inv_freq` buffers; rotary tables are recomputed here
+    state = {k.removeprefix("model."): v for k, v in state.items() if "rotary_emb." not in k}
     if target is not None:
         check_head_matches(config, target.config)
     head = EagleHead(config, bias=bias, with_embedding="embed_tokens.weight" in state)
