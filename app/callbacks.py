@@ -1,0 +1,326 @@
+"""The app's callbacks: live run (streamed), stop, step scrubbing, replay and compare.
+
+`Explorer` holds only process-wide things (the shared model provider, the warm-up record);
+everything about a user's run travels in the returned values and in `gr.State`.
+Every failure becomes a `gr.Error` in the page plus one `logging.warning` line on the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from nanospec.events import RunSummary, summarize
+
+from . import charts
+from .inputs import METHODS, generation_options, parse_prompt
+from .models import EngineProvider, on_gpu
+from .trace import RunView, TokenDecoder, load_view, save_downloads
+
+logger = logging.getLogger("nanospec.app")
+
+LIVE_OUTPUTS = ("answer", "kpis", "vocab_plot", "coverage_plot", "tree_plot", "phase_plot", "step",
+                "view", "csv", "json", "pair")
+COMPARE_COLUMNS = ["method", "tokens", "tokens/s", "speedup", "τ", "mean active", "% of V", "coverage",
+                   "draft ms/step", "identical to ar"]
+
+
+def fail(context: str, exc: BaseException | str) -> gr.Error:
+    """A gr.Error for the page and a one-line warning (no traceback) for the server log."""
+    message = f"{context}: {exc}" if str(exc) else context
+    logger.warning("%s", " ".join(message.split()))
+    return gr.Error(message, print_exception=False)
+
+
+class StepPump:
+    """Runs a step generator in its own thread so decoding never waits for the page to redraw.
+
+    `batches()` yields lists of the items that arrived since the last call (one item per step when
+    the page keeps up). `stop()` asks the thread to close the generator after its current step.
+    """
+
+    _DONE = object()
+
+    def __init__(self, steps):
+        self._steps = steps
+        self._queue: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nanospec-decode", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for item in self._steps:
+                self._queue.put(item)
+                if self._stop.is_set():
+                    break
+        except BaseException as exc:  # noqa: BLE001 — handed to the consumer, which reports it
+            self._queue.put(exc)
+        finally:
+            self._steps.close()
+            self._queue.put(self._DONE)
+
+    def batches(self):
+        done = False
+        while not done:
+            batch = [self._queue.get()]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            done = batch[-1] is self._DONE
+            items = [b for b in batch if b is not self._DONE]
+            for item in items:
+                if isinstance(item, BaseException):
+                    raise item
+            if items:
+                yield items
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+class Explorer:
+    def __init__(self, provider: EngineProvider, chart_interval_s: float = 0.5):
+        self.provider = provider
+        self.chart_interval_s = chart_interval_s
+        self._warm: set[tuple] = set()          # (method, options) already run once in this process
+        self._decode = on_gpu(self._decode_steps)  # the only part that needs the accelerator
+
+    # -- model and decoding -------------------------------------------------------------
+    def _engine(self, progress):
+        def report(message: str, fraction: float | None) -> None:
+            progress(fraction, desc=message)
+
+        try:
+            return self.provider.get(report)
+        except Exception as exc:  # noqa: BLE001 — any load failure is shown, and the app keeps serving
+            raise fail("the model failed to load", exc) from None
+
+    def _decode_steps(self, prompt, options: dict):
+        """Yields each `StepEvent`, then the `RunSummary`. Closing this generator stops the run."""
+        engine, _ = self.provider.get()
+        run = engine.stream(prompt, **options)
+        steps = iter(run)
+        try:
+            yield from steps
+        finally:
+            steps.close()  # closes the engine's Run: decoding stops at this step
+        yield run.summary
+
+    def _inputs(self, prompt_text, method, *knobs):
+        try:
+            return parse_prompt(prompt_text), generation_options(method, *knobs)
+        except ValueError as exc:
+            raise fail("invalid input", exc) from None
+
+    # -- live tab -------------------------------------------------------------------------
+    def run_live(self, prompt_text, method, max_new_tokens, depth, top_k, total_tokens, temperature, top_p,
+                 seed, capacity, progress=gr.Progress()):
+        prompt, options = self._inputs(prompt_text, method, max_new_tokens, depth, top_k, total_tokens,
+                                       temperature, top_p, seed, capacity)
+        engine, info = self._engine(progress)
+        view = RunView(meta={"prompt": prompt, "options": options, "pair": asdict(info)})
+        decoder = TokenDecoder(engine.tokenizer)
+        pump = StepPump(self._decode(prompt, options))
+        t0 = time.perf_counter()
+        last_draw, draw_cost, first = t0, 0.0, True
+        try:
+            for batch in pump.batches():
+                for item in batch:
+                    if isinstance(item, RunSummary):
+                        view.summary = item
+                    else:
+                        view.add(item, decoder)
+                if view.summary is not None or not view.events:
+                    continue
+                view.wall_s = time.perf_counter() - t0
+                # charts cost far more than text: redraw at most every chart_interval_s, and never
+                # spend more than ~1/8 of the time drawing (the page stays fluid on slow machines)
+                draw = first or time.perf_counter() - last_draw >= max(self.chart_interval_s, 8 * draw_cost)
+                started = time.perf_counter()
+                out = self.live_outputs(view, charts_too=draw, pair=self.provider.describe() if first else None)
+                if draw:
+                    last_draw, draw_cost = time.perf_counter(), time.perf_counter() - started
+                first = False
+                yield out
+        except ValueError as exc:
+            raise fail("cannot run", exc) from None
+        except Exception as exc:  # noqa: BLE001 — a decoding fault must not take the app down
+            raise fail(f"decoding failed ({type(exc).__name__})", exc) from None
+        finally:
+            pump.stop()  # Stop / closed tab: the decoding thread ends after its current step
+        if view.summary is not None:
+            view.wall_s = view.summary.wall_s
+        yield self.live_outputs(view, charts_too=True, downloads=True, pair=self.provider.describe())
+
+    def live_outputs(self, view: RunView, charts_too: bool, step: int | None = None, downloads: bool = False,
+                     pair: str | None = None) -> tuple:
+        """Values for LIVE_OUTPUTS; charts and slider only when `charts_too` (text and KPIs every step)."""
+        # text and KPIs every step, from plain lists (cheap); the pandas frame only for chart redraws
+        answer = charts.answer_spans(None, view.pieces, view.origins)
+        method = view.events[0].method if view.events else "ar"
+        running = view.summary or summarize(view.events, method, view.wall_s, "running")
+        kpis = charts.kpi_html(charts.kpi_from_summary(running))
+        skip = gr.skip()
+        figs, slider = (skip,) * 4, skip
+        if charts_too:
+            frame = view.frame()
+            shown = view.last_step if step is None else step
+            figs = (charts.vocab_figure(frame), charts.coverage_figure(frame),
+                    charts.tree_figure(frame, shown, view.token_text), charts.phase_figure(frame))
+            slider = gr.update(maximum=max(1, view.last_step), value=shown)
+        files = (skip, skip)
+        if downloads and view.events:
+            csv_path, json_path = save_downloads(view)
+            files = (gr.update(value=str(csv_path), interactive=True), gr.update(value=str(json_path), interactive=True))
+        return (answer, kpis, *figs, slider, view, *files, pair if pair is not None else skip)
+
+    def after_stop(self, view: RunView | None):
+        """Stop was pressed: draw the charts and downloads from the steps that arrived."""
+        if view is None or not view.events:
+            return tuple(gr.skip() for _ in LIVE_OUTPUTS)
+        snapshot = RunView(events=list(view.events), pieces=list(view.pieces), token_text=dict(view.token_text),
+                           summary=view.summary, meta=dict(view.meta), wall_s=view.wall_s,
+                           origins=list(view.origins))
+        return self.live_outputs(snapshot, charts_too=True, downloads=True)
+
+    def scrub(self, view: RunView | None, step):
+        """The step slider moved: redraw the tree of that step."""
+        if view is None or not view.events:
+            return gr.skip()
+        try:
+            step = int(step)
+        except (TypeError, ValueError):
+            raise fail("invalid input", f"step must be an integer; got {step!r}") from None
+        return charts.tree_figure(view.frame(), step, view.token_text)
+
+    def replay(self, path):
+        """A trace file was uploaded: show it like a finished run, without any model."""
+        if not path:
+            return tuple(gr.skip() for _ in LIVE_OUTPUTS)
+        tokenizer = None
+        loaded = self.provider.loaded  # use the tokenizer only if a model is already up and matches
+        try:
+            if loaded is not None:
+                from nanospec.events import load_trace
+
+                events, _, _ = load_trace(path)
+                if events and events[0].vocab_size == loaded[0].vocab_size:
+                    tokenizer = loaded[0].tokenizer
+            view = load_view(path, tokenizer)
+        except ValueError as exc:
+            raise fail("cannot replay", exc) from None
+        except OSError as exc:
+            raise fail("cannot read the uploaded file", exc) from None
+        view.meta.setdefault("replayed_from", Path(str(path)).name)
+        return self.live_outputs(view, charts_too=True)
+
+    # -- compare tab ----------------------------------------------------------------------
+    def run_compare(self, prompt_text, methods, max_new_tokens, depth, top_k, total_tokens, temperature, top_p,
+                    seed, capacity, progress=gr.Progress()):
+        chosen = [methods] if isinstance(methods, str) else list(methods or [])
+        bad = [m for m in chosen if m not in METHODS]
+        if bad:
+            raise fail("invalid input", f"unknown methods {bad}; choose from {', '.join(METHODS[1:])}")
+        methods = [m for m in METHODS[1:] if m in chosen]
+        prompt, base = self._inputs(prompt_text, "ar", max_new_tokens, depth, top_k, total_tokens,
+                                    temperature, top_p, seed, capacity)
+        self._engine(progress)
+        greedy = base["temperature"] == 0.0
+        summaries: dict[str, RunSummary] = {}
+        for method in ["ar", *methods]:
+            options = {**base, "method": method}
+            key = (method, tuple(sorted((k, v) for k, v in options.items() if k != "max_new_tokens")))
+            plan = [] if key in self._warm else [("warm-up", {**options, "max_new_tokens": 2})]
+            for label, opts in [*plan, ("timed", options)]:
+                try:
+                    for text, summary in self._compare_run(prompt, opts, method, label):
+                        if summary is None:
+                            yield gr.skip(), gr.skip(), text
+                except ValueError as exc:
+                    raise fail("cannot run", exc) from None
+                except Exception as exc:  # noqa: BLE001
+                    raise fail(f"decoding failed ({type(exc).__name__})", exc) from None
+            self._warm.add(key)
+            summaries[method] = summary
+            table = compare_table(summaries, greedy)
+            yield display_table(table), charts.compare_figure(table), compare_verdict(summaries, greedy)
+
+    def _compare_run(self, prompt, options: dict, method: str, label: str):
+        """(status text, None) per step, then ("", summary); runs in a `StepPump` so Stop acts per step."""
+        pump = StepPump(self._decode(prompt, options))
+        tokens, summary = 0, None
+        try:
+            for batch in pump.batches():
+                for item in batch:
+                    if isinstance(item, RunSummary):
+                        summary = item
+                    else:
+                        tokens += len(item.tokens)
+                if summary is None:
+                    yield f"Running `{method}` ({label}): {tokens} tokens…", None
+        finally:
+            pump.stop()
+        yield "", summary
+
+
+def compare_table(summaries: dict[str, RunSummary], greedy: bool) -> pd.DataFrame:
+    """One row per method, numeric (the figure reads it); `display_table` formats it."""
+    ar = summaries.get("ar")
+    rows = []
+    for method, s in summaries.items():
+        rows.append({
+            "method": method, "tokens": s.new_tokens, "tokens_per_s": s.tokens_per_s,
+            "speedup": s.tokens_per_s / ar.tokens_per_s if ar and ar.tokens_per_s else math.nan,
+            "tau": s.tau, "mean_active": s.mean_active, "active_frac": s.active_frac, "coverage": s.coverage,
+            "draft_ms_per_step": s.draft_ms_per_step,
+            "identical": (s.output_ids == ar.output_ids) if greedy and ar is not None else None,
+        })
+    return pd.DataFrame(rows)
+
+
+def display_table(table: pd.DataFrame) -> pd.DataFrame:
+    def pct(x):
+        return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1%}"
+
+    return pd.DataFrame({
+        "method": table["method"], "tokens": table["tokens"],
+        "tokens/s": [f"{v:.1f}" for v in table["tokens_per_s"]],
+        "speedup": [f"{v:.2f}×" for v in table["speedup"]],
+        "τ": [f"{v:.2f}" for v in table["tau"]],
+        "mean active": [f"{v:,.0f}" if v else "–" for v in table["mean_active"]],
+        "% of V": [pct(f) if a else "–" for f, a in zip(table["active_frac"], table["mean_active"])],
+        "coverage": [pct(c) for c in table["coverage"]],
+        "draft ms/step": [f"{v:.2f}" for v in table["draft_ms_per_step"]],
+        "identical to ar": ["n/a (sampling)" if i is None else ("✓" if i else "✗") for i in table["identical"]],
+    }, columns=COMPARE_COLUMNS)
+
+
+def compare_verdict(summaries: dict[str, RunSummary], greedy: bool) -> str:
+    ar = summaries.get("ar")
+    others = {m: s for m, s in summaries.items() if m != "ar"}
+    if ar is None or not others:
+        return "Running…" if ar is None else "Autoregressive baseline done; choose methods to compare."
+    if not greedy:
+        return ("Temperature > 0: outputs are samples. Speculative sampling is lossless *in distribution*, "
+                "so token-for-token identity with `ar` is not expected.")
+    same = [m for m, s in others.items() if s.output_ids == ar.output_ids]
+    diff = [m for m in others if m not in same]
+    if not diff:
+        return f"### ✓ Output identical to autoregressive at temperature 0 ({', '.join(same)})"
+    return (f"### ✗ Output differs from autoregressive at temperature 0: {', '.join(diff)}"
+            + (f" (identical: {', '.join(same)})" if same else ""))

@@ -1,0 +1,342 @@
+"""Chart builders: pure functions from the events frame (`events_to_frame`) to Plotly figures.
+
+Every builder takes the frame (one row per step, step 0 = prefill) and returns a `go.Figure`;
+none touches the engine, Gradio or the disk, so each is testable without a browser.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from nanospec.timing import DRAFT_PHASES, PHASES
+
+# token origins, as shown in the answer's legend
+ACCEPTED = "accepted draft token"
+BONUS = "bonus token (target)"
+VOCAB_MISS = "bonus token: vocab miss"
+ORIGIN_COLORS = {ACCEPTED: "#2e9d5b", BONUS: "#3b6fd8", VOCAB_MISS: "#d64545"}
+
+PHASE_COLORS = {  # draft phases warm, target/bookkeeping phases cool
+    "draft_layers": "#e8743b", "lm_head": "#f2b134", "gather_wait": "#c0504d", "topk": "#f7d488",
+    "tree_build": "#9b7fc7", "verify_forward": "#3b6fd8", "accept": "#5bc0de", "kv_compact": "#7f8c8d",
+    "vocab_update": "#2e9d5b",
+}
+HEIGHT = 330
+_LAYOUT = dict(template="plotly_white", height=HEIGHT, margin=dict(l=60, r=20, t=56, b=44),
+               legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=11)),
+               title=dict(font=dict(size=14), x=0, xanchor="left", y=0.985, yanchor="top"))
+
+
+# -- helpers ---------------------------------------------------------------------------
+def _decode_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["step"] > 0]
+
+
+def _is_bool(value, want: bool) -> bool:
+    """Coverage is True / False / None (NaN after some frame round trips)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False
+    return bool(value) is want
+
+
+def token_label(token_id: int, token_text: Mapping[int, str] | None) -> str:
+    """Readable text of one token for hovers and node labels (whitespace made visible)."""
+    text = (token_text or {}).get(int(token_id))
+    if text is None:
+        return f"⟨{int(token_id)}⟩"
+    shown = text.replace("\n", "⏎").replace("\t", "⇥")
+    return shown if shown.strip() else shown.replace(" ", "·") or "∅"
+
+
+def _empty(title: str, message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(**_LAYOUT, title_text=title)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font=dict(size=13, color="#777"))
+    return fig
+
+
+# -- answer text -----------------------------------------------------------------------
+def token_origins(frame: pd.DataFrame) -> list[str]:
+    """Origin of every emitted token, in order: accepted draft, bonus, or bonus that was a vocab miss."""
+    out = []
+    for n_acc, tokens, cov in zip(frame["n_accepted"], frame["tokens"], frame["coverage"]):
+        for i in range(len(tokens)):
+            if i < n_acc:
+                out.append(ACCEPTED)
+            else:
+                out.append(VOCAB_MISS if _is_bool(cov, False) else BONUS)
+    return out
+
+
+def answer_spans(frame: pd.DataFrame, pieces: Sequence[str], origins: Sequence[str] | None = None
+                 ) -> list[tuple[str, str]]:
+    """(text, origin) pairs for `gr.HighlightedText`; `pieces` is the text of each emitted token.
+    Pass `origins` when already known (the live view keeps them) to skip reading the frame."""
+    origins = token_origins(frame) if origins is None else origins
+    return [(piece, origin) for piece, origin in zip(pieces, origins) if piece]
+
+
+def kpi_from_summary(summary) -> dict:
+    """`kpi_values` from a `RunSummary` (cheap: no frame needed)."""
+    return {"tokens": summary.new_tokens, "steps": summary.steps, "tokens_per_s": summary.tokens_per_s,
+            "tau": summary.tau if summary.steps else math.nan, "mean_active": summary.mean_active,
+            "active_frac": summary.active_frac, "vocab_size": summary.vocab_size, "coverage": summary.coverage,
+            "draft_share": summary.draft_share}
+
+
+# -- KPIs ------------------------------------------------------------------------------
+def kpi_values(frame: pd.DataFrame, wall_s: float | None) -> dict:
+    """The run's headline numbers, computed the way `nanospec.events.summarize` does."""
+    decode = _decode_rows(frame)
+    n = len(decode)
+    new_tokens = int(frame["n_emitted"].sum()) if len(frame) else 0
+    vocab = int(frame["vocab_size"].iloc[0]) if len(frame) else 0
+    covered = decode[[c is not None and not (isinstance(c, float) and math.isnan(c)) for c in decode["coverage"]]]
+    coverage = None
+    if len(covered):
+        in_set = covered["n_accepted"].sum() + sum(_is_bool(c, True) for c in covered["coverage"])
+        coverage = float(in_set / (covered["n_accepted"].sum() + len(covered)))
+    decode_ms = float(decode["wall_ms"].sum())
+    mean_active = float(decode["active_size"].mean()) if n else 0.0
+    return {
+        "tokens": new_tokens, "steps": n,
+        "tokens_per_s": new_tokens / wall_s if wall_s else math.nan,
+        "tau": float(decode["n_emitted"].mean()) if n else math.nan,
+        "mean_active": mean_active, "active_frac": mean_active / vocab if vocab else 0.0,
+        "vocab_size": vocab, "coverage": coverage,
+        "draft_share": float(decode["draft_ms"].sum()) / decode_ms if decode_ms > 0 else 0.0,
+    }
+
+
+def kpi_html(values: dict) -> str:
+    """A row of KPI cards (inline styles, so the page needs no extra CSS)."""
+    box = ("flex:1 1 150px;border:1px solid #d9dde3;border-radius:8px;padding:8px 12px;"
+           "background:rgba(127,127,127,0.04)")
+
+    def card(label: str, value: str, sub: str = "") -> str:
+        return (f"<div class='kpi' style='{box}'><div style='font-size:1.5em;font-weight:600'>{value}</div>"
+                f"<div style='font-size:0.85em'>{label}</div>"
+                f"<div style='font-size:0.75em;opacity:0.7'>{sub}</div></div>")
+
+    tps = values.get("tokens_per_s", math.nan)
+    tau = values.get("tau", math.nan)
+    cov = values.get("coverage")
+    active = values.get("mean_active", 0.0)
+    cards = [
+        card("tokens/s", "–" if math.isnan(tps) else f"{tps:.1f}", f"{values.get('tokens', 0)} tokens"),
+        card("τ (tokens per target forward)", "–" if math.isnan(tau) else f"{tau:.2f}",
+             f"{values.get('steps', 0)} decode steps"),
+        card("mean active size", f"{active:,.0f}" if active else "–",
+             f"{values.get('active_frac', 0.0):.1%} of V = {values.get('vocab_size', 0):,}" if active else "no drafter"),
+        card("coverage", "–" if cov is None else f"{cov:.1%}", "emitted tokens that were in the active set"),
+        card("draft-time share", f"{values.get('draft_share', 0.0):.1%}", "of decode wall time"),
+    ]
+    return "<div class='kpi-row' style='display:flex;gap:8px;flex-wrap:wrap'>" + "".join(cards) + "</div>"
+
+
+# -- per-step charts ---------------------------------------------------------------------
+def vocab_figure(frame: pd.DataFrame) -> go.Figure:
+    """Active vocabulary size per step (log y) against the full vocabulary; ids added per step."""
+    title = "Active draft vocabulary per step"
+    if frame.empty:
+        return _empty(title, "no steps yet")
+    vocab = int(frame["vocab_size"].iloc[0])
+    steps = frame["step"].tolist()
+    active = [a if a > 0 else None for a in frame["active_size"]]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Bar(x=steps, y=frame["added_ids"].tolist(), name="ids added", marker_color="#9b7fc7",
+                         opacity=0.45, hovertemplate="step %{x}<br>%{y} ids added<extra></extra>"),
+                  secondary_y=True)
+    fig.add_trace(go.Scatter(x=steps, y=active, name="active set", mode="lines+markers",
+                             line=dict(color="#e8743b", width=2), marker=dict(size=5),
+                             hovertemplate="step %{x}<br>%{y:,} active rows<extra></extra>"), secondary_y=False)
+    fig.add_trace(go.Scatter(x=steps, y=[vocab] * len(steps), name=f"full vocabulary V = {vocab:,}", mode="lines",
+                             line=dict(color="#555", dash="dash"), hoverinfo="skip"), secondary_y=False)
+    fig.update_layout(**_LAYOUT, title_text=title, bargap=0.2)
+    fig.update_xaxes(title_text="step (0 = prefill)")
+    fig.update_yaxes(type="log", dtick=1, title_text="rows scored", secondary_y=False)
+    fig.update_yaxes(title_text="ids added", rangemode="tozero", showgrid=False, secondary_y=True)
+    if all(a is None for a in active):
+        fig.add_annotation(text="autoregressive: no drafter, no active set", showarrow=False, x=0.5, y=0.5,
+                           xref="paper", yref="paper", font=dict(color="#777"))
+    return fig
+
+
+def running_coverage(frame: pd.DataFrame) -> list[float | None]:
+    """Coverage % after each decode step (None until the first step with a drafter)."""
+    in_set = emitted = 0
+    out: list[float | None] = []
+    for n_acc, cov in zip(frame["n_accepted"], frame["coverage"]):
+        if _is_bool(cov, True) or _is_bool(cov, False):
+            in_set += int(n_acc) + int(_is_bool(cov, True))
+            emitted += int(n_acc) + 1
+        out.append(100.0 * in_set / emitted if emitted else None)
+    return out
+
+
+def coverage_figure(frame: pd.DataFrame) -> go.Figure:
+    """Misses per step by kind (vocab vs draft) with the running coverage %."""
+    title = "Misses per step and running coverage"
+    decode = _decode_rows(frame)
+    if decode.empty:
+        return _empty(title, "no decode steps yet")
+    steps = decode["step"].tolist()
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    for kind, name, color in (("vocab", "vocab miss (token outside the active set)", "#d64545"),
+                              ("draft", "draft miss (in the set, ranked too low)", "#f2b134")):
+        fig.add_trace(go.Bar(x=steps, y=(decode["miss_kind"] == kind).astype(int).tolist(), name=name,
+                             marker_color=color, hovertemplate="step %{x}<extra>" + kind + "</extra>"),
+                      secondary_y=False)
+    fig.add_trace(go.Scatter(x=steps, y=running_coverage(decode), name="running coverage %", mode="lines",
+                             line=dict(color="#2e9d5b", width=2),
+                             hovertemplate="step %{x}<br>coverage %{y:.1f}%<extra></extra>"), secondary_y=True)
+    fig.update_layout(**_LAYOUT, title_text=title, barmode="stack", bargap=0.2)
+    fig.update_xaxes(title_text="decode step")
+    fig.update_yaxes(title_text="miss", range=[0, 1.05], dtick=1, secondary_y=False)
+    fig.update_yaxes(title_text="coverage %", range=[0, 102], showgrid=False, secondary_y=True)
+    if all(c is None for c in decode["coverage"]):
+        fig.add_annotation(text="autoregressive: nothing drafted, no misses", showarrow=False, x=0.5, y=0.5,
+                           xref="paper", yref="paper", font=dict(color="#777"))
+    return fig
+
+
+def phase_figure(frame: pd.DataFrame) -> go.Figure:
+    """Wall time per decode step, stacked by phase (prefill excluded; its time is in the title)."""
+    decode = _decode_rows(frame)
+    prefill_ms = float(frame.loc[frame["step"] == 0, "wall_ms"].sum())
+    title = f"Time per decode step by phase (prefill {prefill_ms:.0f} ms not shown)"
+    if decode.empty:
+        return _empty(title, "no decode steps yet")
+    fig = go.Figure()
+    steps = decode["step"].tolist()
+    for phase in PHASES:
+        kind = "draft" if phase in DRAFT_PHASES else "target / bookkeeping"
+        fig.add_trace(go.Bar(x=steps, y=decode[f"phase_{phase}"].tolist(), name=phase,
+                             marker_color=PHASE_COLORS[phase],
+                             hovertemplate="step %{x}<br>%{y:.2f} ms<extra>" + f"{phase} ({kind})</extra>"))
+    fig.update_layout(**_LAYOUT, title_text=title, barmode="stack", bargap=0.15)
+    fig.update_layout(height=HEIGHT + 30, margin=dict(l=60, r=20, t=86, b=44))
+    fig.update_xaxes(title_text="decode step")
+    fig.update_yaxes(title_text="ms")
+    return fig
+
+
+# -- the draft tree of one step ------------------------------------------------------------
+def _tree_y(parents: Sequence[int]) -> list[float]:
+    """Leaves get consecutive rows in depth-first order; a parent sits at its children's mean."""
+    children: dict[int, list[int]] = {i: [] for i in range(len(parents))}
+    for i, p in enumerate(parents):
+        if p >= 0:
+            children[p].append(i)
+    y = [0.0] * len(parents)
+    next_leaf = 0.0
+    stack = [(0, False)]
+    while stack:  # iterative post-order so deep trees cannot hit the recursion limit
+        node, done = stack.pop()
+        if done or not children[node]:
+            if children[node]:
+                y[node] = sum(y[c] for c in children[node]) / len(children[node])
+            else:
+                y[node], next_leaf = next_leaf, next_leaf + 1
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(children[node]))
+    return y
+
+
+def tree_figure(frame: pd.DataFrame, step: int | None = None,
+                token_text: Mapping[int, str] | None = None) -> go.Figure:
+    """The draft tree of one step (default: the latest): accepted path highlighted, bonus token added."""
+    if frame.empty:
+        return _empty("Draft tree", "no steps yet")
+    rows = frame[frame["step"] == step] if step is not None else frame.iloc[[-1]]
+    row = (rows if len(rows) else frame.iloc[[-1]]).iloc[0]
+    tokens, parents = list(row["tree_tokens"]), list(row["tree_parents"])
+    depths, logprobs, in_active = list(row["tree_depths"]), list(row["tree_logprobs"]), list(row["tree_in_active"])
+    path = list(row["accepted_path"])
+    # the bonus token hangs off the last accepted node as one more node
+    bonus = len(tokens)
+    tokens.append(int(row["bonus_token"]))
+    parents.append(path[-1])
+    depths.append(depths[path[-1]] + 1)
+    y = _tree_y(parents)
+    x = [float(d) for d in depths]
+    on_path = set(path)
+    miss = _is_bool(row["coverage"], False)
+
+    fig = go.Figure()
+    edge_x, edge_y, path_x, path_y = [], [], [], []
+    for child, parent in enumerate(parents):
+        if parent < 0:
+            continue
+        accepted_edge = child in on_path or child == bonus
+        (path_x if accepted_edge else edge_x).extend([x[parent], x[child], None])
+        (path_y if accepted_edge else edge_y).extend([y[parent], y[child], None])
+    fig.add_trace(go.Scatter(x=edge_x, y=edge_y, mode="lines", name="edges", hoverinfo="skip",
+                             line=dict(color="#c8c8c8", width=1.2)))
+    fig.add_trace(go.Scatter(x=path_x, y=path_y, mode="lines", name="accepted path", hoverinfo="skip",
+                             line=dict(color="#2e9d5b", width=3.5)))
+
+    def hover(i: int) -> str:
+        if i == bonus:
+            status = "bonus token from the target" + (" — VOCAB MISS (outside the active set)" if miss else "")
+            return f"<b>{token_label(tokens[i], token_text)}</b><br>id {tokens[i]}<br>{status}"
+        kind = "root (last emitted token)" if i == 0 else ("accepted" if i in on_path else "rejected")
+        active = "in" if in_active[i] else "OUT of"
+        return (f"<b>{token_label(tokens[i], token_text)}</b><br>id {tokens[i]} · depth {depths[i]}<br>"
+                f"draft log-prob {logprobs[i]:.3f}<br>{active} the active set<br>{kind}")
+
+    groups = (
+        ("drafted (rejected)", [i for i in range(1, bonus) if i not in on_path], "#b9c4d6", "circle", 11),
+        ("accepted", [i for i in path if i != 0], ORIGIN_COLORS[ACCEPTED], "circle", 14),
+        ("root", [0], "#555", "square", 14),
+        ("bonus", [bonus], ORIGIN_COLORS[VOCAB_MISS if miss else BONUS], "star", 20),
+    )
+    for name, idx, color, symbol, size in groups:
+        outline = ["#d64545" if i < bonus and not in_active[i] else "white" for i in idx]
+        fig.add_trace(go.Scatter(
+            x=[x[i] for i in idx], y=[y[i] for i in idx], mode="markers+text", name=name,
+            text=[token_label(tokens[i], token_text)[:14] for i in idx], textposition="middle right",
+            textfont=dict(size=11, color="#333"), customdata=[i for i in idx],
+            hovertext=[hover(i) for i in idx], hoverinfo="text",
+            marker=dict(color=color, symbol=symbol, size=size, line=dict(color=outline, width=1.5))))
+    n_acc = len(path) - 1
+    title = (f"Draft tree of step {int(row['step'])}: {len(row['tree_tokens']) - 1} drafted, "
+             f"{n_acc} accepted + bonus" + (" (vocab miss)" if miss else ""))
+    fig.update_layout(**_LAYOUT, title_text=title, showlegend=True)
+    fig.update_layout(height=max(HEIGHT, 26 * (max(y) + 1) + 110), hovermode="closest")
+    fig.update_xaxes(title_text="depth", dtick=1, range=[-0.3, max(x) + 0.9], zeroline=False)
+    fig.update_yaxes(visible=False, autorange="reversed")
+    return fig
+
+
+# -- compare tab ------------------------------------------------------------------------
+COMPARE_METRICS = (("tokens_per_s", "tokens/s", "{:.1f}"), ("speedup", "speedup over ar", "{:.2f}×"),
+                   ("tau", "τ", "{:.2f}"), ("draft_ms_per_step", "draft ms / step", "{:.1f}"))
+
+
+def compare_figure(table: pd.DataFrame) -> go.Figure:
+    """One bar panel per metric (`COMPARE_METRICS`), one bar per method; `ar` in grey."""
+    if table.empty:
+        return _empty("Compare", "no runs yet")
+    fig = make_subplots(rows=1, cols=len(COMPARE_METRICS), subplot_titles=[m[1] for m in COMPARE_METRICS],
+                        horizontal_spacing=0.07)
+    colors = ["#7f8c8d" if m == "ar" else "#3b6fd8" for m in table["method"]]
+    for col, (key, label, fmt) in enumerate(COMPARE_METRICS, start=1):
+        values = [float(v) for v in table[key]]
+        fig.add_trace(go.Bar(x=table["method"].tolist(), y=values, name=label, marker_color=colors,
+                             text=[fmt.format(v) for v in values], textposition="outside", cliponaxis=False,
+                             hovertemplate="%{x}: %{y:.3g}<extra>" + label + "</extra>"), row=1, col=col)
+        fig.update_yaxes(range=[0, max([1e-9, *values]) * 1.25], row=1, col=col)
+    fig.add_hline(y=1.0, line=dict(color="#555", dash="dash"), row=1, col=2)
+    fig.update_layout(**_LAYOUT, showlegend=False)
+    fig.update_layout(margin=dict(l=40, r=20, t=40, b=40))
+    return fig

@@ -1,0 +1,158 @@
+"""The Gradio explorer: callbacks (app/callbacks.py) first, layout in `with gr.Blocks()`, wiring last.
+
+`build_app(engine_loader)` builds the page around one shared model provider; nothing loads until
+the first run. Tests inject a tiny random engine through `engine_loader`.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from .callbacks import COMPARE_COLUMNS, LIVE_OUTPUTS, Explorer
+from .charts import ORIGIN_COLORS
+from .inputs import DEFAULTS, LIMITS, METHODS, SPEC_METHODS, example_prompts
+from .models import EngineProvider, Loader, pair_loader
+
+MODEL_QUEUE = "model"  # every event that runs the model shares this queue: one run at a time
+
+INTRO = """# NanoSpec Explorer
+Speculative decoding where the drafter scores only a small, context-chosen slice of the vocabulary.
+Pick a prompt and a method, press **Run**, and watch each decoding step: which tokens the drafter got right,
+how big its vocabulary is, where it missed and where the time goes. Output is lossless for every method."""
+
+METHOD_HELP = ("ar = plain autoregressive · full = EAGLE-2 tree over all V tokens · static = top-N frequent tokens "
+               "(FR-Spec) · nanospec = in-context set · hybrid = in-context set ∪ frequent core")
+
+
+def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 0.5,
+              device_hint: str | None = None) -> gr.Blocks:
+    """The whole app. `engine_loader(progress) -> (SpecEngine, PairInfo)`; default: the offline pair."""
+    # -- callbacks -------------------------------------------------------------------------
+    provider = EngineProvider(engine_loader or pair_loader(), device_hint=device_hint)
+    explorer = Explorer(provider, chart_interval_s=chart_interval_s)
+    examples = example_prompts()
+
+    # -- layout ------------------------------------------------------------------------------
+    with gr.Blocks(title="NanoSpec Explorer") as demo:
+        gr.Markdown(INTRO)
+        pair_md = gr.Markdown(provider.describe(), elem_id="pair-info")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3):
+                prompt = gr.Textbox(label="Prompt (the chat template is applied for you)", lines=4,
+                                    elem_id="prompt", placeholder="Ask something, or pick an example below. "
+                                    "For a conversation start lines with 'user:' / 'assistant:'.")
+                gr.Examples(examples=[[text] for _, text in examples], inputs=[prompt],
+                            example_labels=[label for label, _ in examples], examples_per_page=7,
+                            label="Example prompts (one per category per page)")
+            with gr.Column(scale=2):
+                method = Radio(list(METHODS), value=DEFAULTS["method"], label="Method (Live tab)",
+                                  info=METHOD_HELP, elem_id="method")
+                max_new = _slider("max_new_tokens", "max new tokens", elem_id="max-new-tokens")
+                with gr.Accordion("Tree, sampling and vocabulary settings", open=False):
+                    with gr.Row():
+                        depth = _slider("depth", "tree depth")
+                        top_k = _slider("top_k", "top-k per level")
+                        total = _slider("total_tokens", "total tree tokens")
+                    with gr.Row():
+                        temperature = _slider("temperature", "temperature (0 = greedy)", step=0.05)
+                        top_p = _slider("top_p", "top-p", step=0.05)
+                        seed = Number(value=DEFAULTS["seed"], precision=0, label="seed", minimum=0)
+                    capacity = _slider("capacity", "NanoSpec capacity (in-context set size limit)", step=64)
+        knobs = [max_new, depth, top_k, total, temperature, top_p, seed, capacity]
+
+        with gr.Tabs():
+            with gr.Tab("Live", id="live"):
+                with gr.Row():
+                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+                kpis = gr.HTML(elem_id="kpis")
+                answer = gr.HighlightedText(label="Answer — each token coloured by where it came from",
+                                            color_map=ORIGIN_COLORS, show_legend=True,
+                                            show_inline_category=False, elem_id="answer")
+                with gr.Row(equal_height=False):
+                    with gr.Column():
+                        tree_plot = gr.Plot(label="Draft tree", elem_id="tree-plot", show_label=False)
+                        step = Slider(0, 1, value=0, step=1, label="step shown in the tree (0 = prefill)",
+                                         elem_id="step-slider")
+                    phase_plot = gr.Plot(label="Time breakdown", elem_id="phase-plot", show_label=False)
+                with gr.Row(equal_height=False):
+                    vocab_plot = gr.Plot(label="Active vocabulary", elem_id="vocab-plot", show_label=False)
+                    coverage_plot = gr.Plot(label="Coverage", elem_id="coverage-plot", show_label=False)
+                with gr.Row():
+                    csv_btn = gr.DownloadButton("Download trace (.csv)", interactive=False, elem_id="csv-btn")
+                    json_btn = gr.DownloadButton("Download trace (.json)", interactive=False, elem_id="json-btn")
+                with gr.Accordion("Replay a saved trace (no model needed)", open=False):
+                    replay_file = gr.File(label="Trace file (.json or .csv saved by NanoSpec)",
+                                          file_types=[".json", ".csv"], type="filepath", elem_id="replay-file")
+                view = gr.State(None)
+
+            with gr.Tab("Compare", id="compare"):
+                gr.Markdown("The prompt and settings above through `ar` and the chosen methods, same seed. "
+                            "Each method gets one short untimed warm-up per process.")
+                with gr.Row():
+                    methods = CheckboxGroup(list(SPEC_METHODS), value=["full", "nanospec"],
+                                               label="Methods to compare with ar", elem_id="compare-methods")
+                    with gr.Column():
+                        compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+                        compare_stop = gr.Button("Stop", variant="stop")
+                verdict = gr.Markdown(elem_id="compare-verdict")
+                compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
+                table = gr.Dataframe(headers=COMPARE_COLUMNS, label="Results", interactive=False,
+                                     elem_id="compare-table")
+
+        # -- wiring ----------------------------------------------------------------------------
+        named = {"answer": answer, "kpis": kpis, "vocab_plot": vocab_plot, "coverage_plot": coverage_plot,
+                 "tree_plot": tree_plot, "phase_plot": phase_plot, "step": step, "view": view, "csv": csv_btn,
+                 "json": json_btn, "pair": pair_md}
+        live_outputs = [named[name] for name in LIVE_OUTPUTS]
+        run_event = run_btn.click(explorer.run_live, [prompt, method, *knobs], live_outputs, api_name="run",
+                                  concurrency_id=MODEL_QUEUE, concurrency_limit=1, show_progress_on=[answer])
+        stop_btn.click(explorer.after_stop, [view], live_outputs, cancels=[run_event], api_name="stop",
+                       show_progress="hidden")
+        step.input(explorer.scrub, [view, step], tree_plot, api_name="scrub", trigger_mode="always_last",
+                   concurrency_limit=None, show_progress="hidden")
+        replay_file.upload(explorer.replay, [replay_file], live_outputs, api_name="replay", concurrency_limit=None)
+        compare_event = compare_btn.click(explorer.run_compare, [prompt, methods, *knobs],
+                                          [table, compare_plot, verdict], api_name="compare",
+                                          concurrency_id=MODEL_QUEUE, concurrency_limit=1,
+                                          show_progress_on=[verdict])
+        compare_stop.click(None, None, None, cancels=[compare_event], api_visibility="undocumented")
+        demo.load(provider.describe, None, pair_md, api_visibility="undocumented", queue=False)
+    demo.queue(default_concurrency_limit=1)
+    return demo
+
+
+def _slider(name: str, label: str, step: float = 1, **kw) -> gr.Slider:
+    lo, hi = LIMITS[name]
+    return Slider(lo, hi, value=DEFAULTS[name], step=step, label=label, **kw)
+
+
+# Gradio's own range/choice checks raise errors that print a traceback in the server log. These
+# variants (same widgets in the page: `is_template` makes the frontend use the parent's) pass the
+# raw value on; `app.inputs.generation_options` and the engine validate it and raise one clean gr.Error.
+class Slider(gr.Slider):
+    is_template = True
+
+    def preprocess(self, payload):
+        return payload
+
+
+class Number(gr.Number):
+    is_template = True
+
+    def preprocess(self, payload):
+        return payload
+
+
+class Radio(gr.Radio):
+    is_template = True
+
+    def preprocess(self, payload):
+        return payload
+
+
+class CheckboxGroup(gr.CheckboxGroup):
+    is_template = True
+
+    def preprocess(self, payload):
+        return payload

@@ -1,0 +1,106 @@
+"""The page in headless Chromium: run an example on the default model and screenshot the charts.
+
+Uses the real default pair when its trained head exists (assets/heads/smollm2-135m-eagle);
+until then the default target with a random head (every method runs; τ ≈ 1).
+Needs Debian's `chromium` (/usr/bin/chromium) and `pip install playwright` (no `playwright install`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "artifacts"
+ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def page_url():
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    from app.models import pair_loader
+    from app.ui import build_app
+    from nanospec.pair import DEFAULT_HEAD
+
+    loader = pair_loader() if DEFAULT_HEAD.exists() else pair_loader(random_head_if_missing=True)
+    demo = build_app(loader)
+    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, server_name="127.0.0.1", server_port=None)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
+                                      args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+def _open(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(url, wait_until="load")  # not "networkidle": the queue's event stream never idles
+    page.locator("#run-btn").wait_for(state="visible")
+    return page
+
+
+def _pick_example(page, label: str) -> None:
+    """Click an example prompt; retried because a click before the page's handlers attach is lost."""
+    box = page.locator("#prompt textarea")
+    for _ in range(10):
+        page.get_by_text(label, exact=False).first.click()
+        page.wait_for_timeout(300)
+        if box.input_value().strip():
+            return
+    raise AssertionError(f"clicking the example {label!r} did not fill the prompt box")
+
+
+def _set_slider(page, elem_id: str, value: int) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def test_live_run_renders_tree_and_breakdown(page_url, browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = _open(browser, page_url)
+    _pick_example(page, "qa:")
+    _set_slider(page, "max-new-tokens", 16)
+    page.locator("#run-btn").click()
+    # first run may convert the model (minutes on a cold cache); the charts appear when it decodes
+    for elem in ("tree-plot", "phase-plot", "vocab-plot", "coverage-plot"):
+        page.locator(f"#{elem} .js-plotly-plot").first.wait_for(state="visible", timeout=300_000)
+    page.locator("#json-btn:not([disabled])").first.wait_for(timeout=120_000)  # the run finished
+    page.wait_for_timeout(500)
+    assert page.locator("#tree-plot .js-plotly-plot .point").count() >= 2  # root + bonus at least
+    assert "tokens/s" in page.locator("#kpis").inner_text()
+    assert page.locator("#answer").inner_text().strip()
+    page.screenshot(path=str(ARTIFACTS / "app_live.png"), full_page=True)
+    page.close()
+
+
+def test_compare_tab_shows_verdict(page_url, browser):
+    page = _open(browser, page_url)
+    _pick_example(page, "math:")
+    _set_slider(page, "max-new-tokens", 8)
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-btn").click()
+    # the verdict names every compared method once the last one has run
+    verdict = page.locator("#compare-verdict").filter(has_text="identical to autoregressive")
+    verdict.filter(has_text="nanospec").wait_for(timeout=300_000)
+    page.locator("#compare-plot .js-plotly-plot").first.wait_for(state="visible", timeout=60_000)
+    assert "✓" in page.locator("#compare-verdict").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "app_compare.png"), full_page=True)
+    page.close()

@@ -1,0 +1,225 @@
+"""Chart builders and the app's pure helpers, on hand-made StepEvents (no model, no browser)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app import charts
+from app.callbacks import compare_table, compare_verdict, display_table
+from app.inputs import example_prompts, generation_options, parse_prompt
+from app.trace import RunView, TokenDecoder, load_view, save_downloads
+from nanospec.events import StepEvent, events_to_frame, load_trace, summarize
+from nanospec.prompts import CATEGORIES
+from nanospec.timing import PHASES
+
+V = 1000
+
+
+def _phases(**ms) -> dict:
+    return {p: float(ms.get(p, 0.0)) for p in PHASES}
+
+
+def make_events() -> list[StepEvent]:
+    """Prefill, a step that accepts 2 drafted tokens (draft miss), a step with a vocab miss."""
+    prefill = StepEvent(step=0, method="nanospec", root_token=5, tree_tokens=[5], tree_parents=[-1], tree_depths=[0],
+                        tree_logprobs=[0.0], tree_in_active=[True], accepted_path=[0], accepted_tokens=[],
+                        bonus_token=10, tokens=[10], active_size=40, added_ids=40, vocab_size=V, coverage=None,
+                        miss_kind="none", wall_ms=50.0, phases=_phases(verify_forward=45.0, vocab_update=5.0))
+    # tree: 0(root 10) -> 1(11), 2(12); 1 -> 3(13), 4(14); accepted path 0-1-3, bonus 15
+    step1 = StepEvent(step=1, method="nanospec", root_token=10, tree_tokens=[10, 11, 12, 13, 14],
+                      tree_parents=[-1, 0, 0, 1, 1], tree_depths=[0, 1, 1, 2, 2],
+                      tree_logprobs=[0.0, -0.1, -2.0, -0.5, -1.5], tree_in_active=[True] * 5,
+                      accepted_path=[0, 1, 3], accepted_tokens=[11, 13], bonus_token=15, tokens=[11, 13, 15],
+                      active_size=40, added_ids=6, vocab_size=V, coverage=True, miss_kind="none", wall_ms=20.0,
+                      phases=_phases(draft_layers=4.0, lm_head=1.0, topk=0.5, verify_forward=10.0, accept=1.0))
+    step2 = StepEvent(step=2, method="nanospec", root_token=15, tree_tokens=[15, 16, 17],
+                      tree_parents=[-1, 0, 0], tree_depths=[0, 1, 1], tree_logprobs=[0.0, -0.3, -0.9],
+                      tree_in_active=[True, True, True], accepted_path=[0], accepted_tokens=[], bonus_token=99,
+                      tokens=[99], active_size=46, added_ids=3, vocab_size=V, coverage=False, miss_kind="vocab",
+                      wall_ms=18.0, phases=_phases(draft_layers=3.0, lm_head=1.0, verify_forward=11.0))
+    return [prefill, step1, step2]
+
+
+@pytest.fixture()
+def frame():
+    return events_to_frame(make_events())
+
+
+TEXT = {i: f"w{i}" for i in range(200)}
+
+
+def _trace(fig, name):
+    matches = [t for t in fig.data if t.name == name]
+    assert matches, f"no trace named {name!r} in {[t.name for t in fig.data]}"
+    return matches[0]
+
+
+def test_token_origins_and_answer_spans(frame):
+    assert charts.token_origins(frame) == [charts.BONUS, charts.ACCEPTED, charts.ACCEPTED, charts.BONUS,
+                                           charts.VOCAB_MISS]
+    spans = charts.answer_spans(frame, ["a", "b", "", "d", "e"])
+    assert spans == [("a", charts.BONUS), ("b", charts.ACCEPTED), ("d", charts.BONUS), ("e", charts.VOCAB_MISS)]
+    assert set(charts.ORIGIN_COLORS) == {charts.ACCEPTED, charts.BONUS, charts.VOCAB_MISS}
+
+
+def test_kpis_match_engine_summary(frame):
+    events = make_events()
+    summary = summarize(events, "nanospec", wall_s=0.5, stop_reason="max_new_tokens")
+    k = charts.kpi_values(frame, 0.5)
+    assert k["tokens"] == summary.new_tokens == 5
+    assert k["tokens_per_s"] == pytest.approx(summary.tokens_per_s)
+    assert k["tau"] == pytest.approx(summary.tau) == 2.0
+    assert k["coverage"] == pytest.approx(summary.coverage) == 0.75
+    assert k["mean_active"] == pytest.approx(summary.mean_active) == 43.0
+    assert k["draft_share"] == pytest.approx(summary.draft_share)
+    html = charts.kpi_html(k)
+    for label in ("tokens/s", "τ", "mean active size", "coverage", "draft-time share", "4.3% of V"):
+        assert label in html
+
+
+def test_vocab_figure(frame):
+    fig = charts.vocab_figure(frame)
+    assert list(_trace(fig, "active set").y) == [40, 40, 46]
+    assert list(_trace(fig, "ids added").y) == [40, 6, 3]
+    assert list(_trace(fig, f"full vocabulary V = {V:,}").y) == [V] * 3
+    assert fig.layout.yaxis.type == "log"
+
+
+def test_coverage_figure(frame):
+    fig = charts.coverage_figure(frame)
+    assert list(_trace(fig, "vocab miss (token outside the active set)").x) == [1, 2]
+    assert list(_trace(fig, "vocab miss (token outside the active set)").y) == [0, 1]
+    assert list(_trace(fig, "draft miss (in the set, ranked too low)").y) == [0, 0]
+    assert list(_trace(fig, "running coverage %").y) == pytest.approx([100.0, 75.0])
+
+
+def test_phase_figure(frame):
+    fig = charts.phase_figure(frame)
+    assert [t.name for t in fig.data] == list(PHASES)
+    assert list(_trace(fig, "draft_layers").y) == [4.0, 3.0]
+    assert list(_trace(fig, "verify_forward").y) == [10.0, 11.0]
+    assert fig.layout.barmode == "stack"
+    assert "prefill 50 ms" in fig.layout.title.text
+
+
+def test_tree_figure_of_a_chosen_step(frame):
+    fig = charts.tree_figure(frame, 1, TEXT)
+    accepted, rejected = _trace(fig, "accepted"), _trace(fig, "drafted (rejected)")
+    assert list(accepted.text) == ["w11", "w13"] and list(rejected.text) == ["w12", "w14"]
+    assert list(_trace(fig, "root").text) == ["w10"]
+    bonus = _trace(fig, "bonus")
+    assert list(bonus.text) == ["w15"] and "VOCAB MISS" not in bonus.hovertext[0]
+    assert list(bonus.x) == [3.0]  # one level below the last accepted node (depth 2)
+    # edges: 4 drafted edges, of which root->11, 11->13 plus 13->bonus form the accepted path
+    assert sum(v is None for v in _trace(fig, "accepted path").x) == 3
+    assert sum(v is None for v in _trace(fig, "edges").x) == 2
+    hover = accepted.hovertext[0]
+    assert "w11" in hover and "id 11" in hover and "-0.100" in hover and "in the active set" in hover
+
+
+def test_tree_figure_defaults_to_latest_step_and_marks_vocab_miss(frame):
+    fig = charts.tree_figure(frame, None, TEXT)
+    assert "step 2" in fig.layout.title.text and "vocab miss" in fig.layout.title.text
+    bonus = _trace(fig, "bonus")
+    assert "VOCAB MISS" in bonus.hovertext[0]
+    assert bonus.marker.color == charts.ORIGIN_COLORS[charts.VOCAB_MISS]
+    assert len(_trace(fig, "accepted").x) == 0
+    assert "⟨16⟩" in charts.tree_figure(frame, 2, None).data[2].text  # no token text: ids shown
+
+
+def test_empty_and_autoregressive_frames():
+    empty = events_to_frame([])
+    for builder in (charts.vocab_figure, charts.coverage_figure, charts.phase_figure, charts.tree_figure):
+        assert builder(empty).layout.annotations  # a message instead of a crash
+    ar = [StepEvent(step=i, method="ar", root_token=1, tree_tokens=[1], tree_parents=[-1], tree_depths=[0],
+                    tree_logprobs=[0.0], tree_in_active=[True], accepted_path=[0], accepted_tokens=[],
+                    bonus_token=2, tokens=[2], active_size=0, added_ids=0, vocab_size=V, coverage=None,
+                    miss_kind="none", wall_ms=5.0, phases=_phases(verify_forward=5.0)) for i in range(3)]
+    frame = events_to_frame(ar)
+    assert charts.kpi_values(frame, 1.0)["coverage"] is None
+    assert charts.vocab_figure(frame).layout.annotations
+    assert len(charts.tree_figure(frame).data) == 6
+
+
+def test_compare_table_figure_and_verdict():
+    events = make_events()
+    ar = summarize(events, "ar", 1.0, "max_new_tokens")
+    fast = summarize(events, "nanospec", 0.5, "max_new_tokens")
+    other = summarize(events[:2], "full", 0.8, "max_new_tokens")
+    table = compare_table({"ar": ar, "nanospec": fast, "full": other}, greedy=True)
+    assert table["speedup"].tolist() == pytest.approx([1.0, 2.0, 4 / 0.8 / 5])
+    assert table["identical"].tolist() == [True, True, False]
+    shown = display_table(table)
+    assert shown["identical to ar"].tolist() == ["✓", "✓", "✗"]
+    assert "✗" in compare_verdict({"ar": ar, "full": other}, True)
+    assert "✓" in compare_verdict({"ar": ar, "nanospec": fast}, True)
+    assert "lossless" in compare_verdict({"ar": ar, "nanospec": fast}, False)
+    fig = charts.compare_figure(table)
+    assert [t.name for t in fig.data] == [label for _, label, _ in charts.COMPARE_METRICS]
+    assert list(fig.data[1].y) == pytest.approx([1.0, 2.0, 1.0])
+
+
+class ByteTokenizer:
+    """Each id is one byte; decoding shows half a UTF-8 character as U+FFFD, like byte-level BPE."""
+
+    def decode(self, ids, skip_special_tokens=False):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_token_decoder_keeps_multibyte_characters_whole():
+    decoder = TokenDecoder(ByteTokenizer())
+    pieces = [decoder.push(b) for b in "aé€b".encode()]
+    assert "".join(pieces) == "aé€b"
+    assert pieces[:3] == ["a", "", "é"]
+    long = TokenDecoder(ByteTokenizer())
+    text = "word " * 40
+    assert "".join(long.push(b) for b in text.encode()) == text  # across window slides
+    assert TokenDecoder(None).push(7) == "⟨7⟩ "
+
+
+def test_trace_downloads_round_trip(tmp_path):
+    view = RunView(meta={"prompt": "hi"})
+    decoder = TokenDecoder(ByteTokenizer())
+    for event in make_events():
+        view.add(event, decoder)
+    csv_path, json_path = save_downloads(view, tmp_path)
+    events, _, meta = load_trace(json_path)
+    assert [e.step for e in events] == [0, 1, 2] and meta["prompt"] == "hi"
+    assert [e.tokens for e in load_trace(csv_path)[0]] == [e.tokens for e in view.events]
+    replay = load_view(json_path)
+    assert replay.pieces == view.pieces and replay.token_text == view.token_text
+    assert load_view(csv_path).pieces[0] == "⟨10⟩ "  # CSV keeps no text: ids without a tokenizer
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"hello": 1}')
+    with pytest.raises(ValueError, match="not a NanoSpec trace"):
+        load_view(bad)
+
+
+def test_prompt_parsing_and_examples():
+    assert parse_prompt("  What is 2+2? ") == "What is 2+2?"
+    turns = parse_prompt("user: Hi\nassistant: Hello!\nuser: Name a colour\nplease")
+    assert turns == [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                     {"role": "user", "content": "Name a colour\nplease"}]
+    for bad in ("", "   ", None, "user: hi\nassistant: yo"):
+        with pytest.raises(ValueError):
+            parse_prompt(bad)
+    examples = example_prompts()
+    assert {label.split(":")[0] for label, _ in examples[:7]} == {c.replace("_", "-") for c in CATEGORIES}
+    assert all(parse_prompt(text) for _, text in examples)
+
+
+def test_generation_options_coerce_and_bound():
+    opts = generation_options("nanospec", 16.0, 4.0, 6, 24, 0, 1, 0.0, 3072.0)
+    assert opts == {"method": "nanospec", "max_new_tokens": 16, "depth": 4, "top_k": 6, "total_tokens": 24,
+                    "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": 3072}
+    assert all(type(opts[k]) is int for k in ("max_new_tokens", "depth", "seed", "capacity"))
+    for args, match in ((("bogus", 16, 4, 6, 24, 0, 1, 0, 3072), "method"),
+                        (("ar", 10_000, 4, 6, 24, 0, 1, 0, 3072), "max_new_tokens"),
+                        (("ar", 16, 4, 6, 24, -1.0, 1, 0, 3072), "temperature"),
+                        (("ar", 16, 4, 6, 24, 0, 1, 2.5, 3072), "seed"),
+                        (("ar", "many", 4, 6, 24, 0, 1, 0, 3072), "max_new_tokens")):
+        with pytest.raises(ValueError, match=match):
+            generation_options(*args)
+    assert not math.isnan(generation_options("ar", 1, 1, 1, 2, 2.0, 0.05, 2**31 - 1, 64)["top_p"])

@@ -1,0 +1,186 @@
+"""The launched app through gradio_client, with an injected tiny random-weight engine (fast, no files)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import httpx
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client import Client, handle_file  # noqa: E402
+
+from app.models import tiny_loader  # noqa: E402
+from app.ui import build_app  # noqa: E402
+from nanospec.events import load_trace  # noqa: E402
+
+#           prompt, method, max_new, depth, top_k, total, temperature, top_p, seed, capacity
+RUN_ARGS = ["the draft tree accepts the draft tree", "nanospec", 12, 3, 4, 12, 0.0, 1.0, 0, 3072]
+
+
+def _launch(loader):
+    demo = build_app(loader, chart_interval_s=0.0)
+    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, server_name="127.0.0.1", server_port=None)
+    return demo, url
+
+
+class Capture:
+    """Keeps the engine the app loads, so tests can watch it."""
+
+    def __init__(self, loader):
+        self.loader, self.engine = loader, None
+
+    def __call__(self, progress=None):
+        self.engine, info = self.loader(progress)
+        return self.engine, info
+
+
+@pytest.fixture(scope="module")
+def served():
+    capture = Capture(tiny_loader(step_delay_s=0.02))
+    demo, url = _launch(capture)
+    client = Client(url, verbose=False)
+    yield demo, url, client, capture
+    demo.close()
+
+
+def _path(value):
+    return value["value"] if isinstance(value, dict) and "value" in value else value
+
+
+def test_streamed_run_updates_then_summary(served):
+    _, _, client, capture = served
+    job = client.submit(*RUN_ARGS, api_name="/run")
+    updates = list(job)
+    answer, kpis, vocab, coverage, tree, phases, step, csv_file, json_file, pair = job.result()
+    assert len(updates) >= 4  # one per step (prefill + several decode steps), then the final one
+    assert sum(1 for s in answer if s["token"]) == 12
+    assert {s["class_or_confidence"] for s in answer} <= {"accepted draft token", "bonus token (target)",
+                                                          "bonus token: vocab miss"}
+    assert "tokens/s" in kpis and "τ" in kpis
+    for fig in (vocab, coverage, tree, phases):
+        assert fig["type"] == "plotly" and json.loads(fig["plot"])["data"]
+    assert step["value"] == step["maximum"] >= 1
+    assert "tiny random Llama" in pair
+    events, summary, meta = load_trace(_path(json_file))
+    assert summary.new_tokens == 12 and summary.method == "nanospec" and meta["options"]["depth"] == 3
+    assert [e.step for e in load_trace(_path(csv_file))[0]] == [e.step for e in events]
+    # replay the downloaded trace: same text, no model run
+    replayed = client.predict(handle_file(_path(json_file)), api_name="/replay")
+    assert replayed[0] == answer
+
+
+def test_bad_input_is_a_message_and_the_app_keeps_serving(served, capfd):
+    _, _, client, _ = served
+    cases = [
+        (["   ", *RUN_ARGS[1:]], "prompt is empty"),
+        ([RUN_ARGS[0], "nanospec", 12, 99, 4, 12, 0.0, 1.0, 0, 3072], "depth must be in"),
+        ([RUN_ARGS[0], "bogus", 12, 3, 4, 12, 0.0, 1.0, 0, 3072], "method must be one of"),
+        ([RUN_ARGS[0], "nanospec", 12, 3, 4, 12, -1.0, 1.0, 0, 3072], "temperature"),
+        ([RUN_ARGS[0], "nanospec", 12, 3, 4, 12, 0.0, 1.0, "x", 3072], "seed"),
+    ]
+    for args, message in cases:
+        with pytest.raises(Exception, match=message):
+            client.predict(*args, api_name="/run")
+    with pytest.raises(Exception, match="unknown methods"):
+        client.predict(RUN_ARGS[0], ["full", "bogus"], *RUN_ARGS[2:], api_name="/compare")
+    assert len(client.predict(RUN_ARGS[0], "ar", 3, *RUN_ARGS[3:], api_name="/run")[0]) == 3
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+
+
+def test_a_file_that_is_not_a_trace(served, tmp_path):
+    _, _, client, _ = served
+    bad = tmp_path / "notes.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(Exception, match="not a NanoSpec trace"):
+        client.predict(handle_file(str(bad)), api_name="/replay")
+
+
+def test_compare_is_identical_to_autoregressive_at_temperature_zero(served):
+    _, _, client, _ = served
+    table, plot, verdict = client.predict(RUN_ARGS[0], ["full", "nanospec", "hybrid"], *RUN_ARGS[2:],
+                                          api_name="/compare")
+    assert "✓ Output identical to autoregressive" in verdict
+    rows = {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
+    assert list(rows) == ["ar", "full", "nanospec", "hybrid"]
+    assert all(r["identical to ar"] == "✓" for r in rows.values())
+    assert rows["ar"]["speedup"] == "1.00×"
+    assert len(json.loads(plot["plot"])["data"]) == 4
+
+
+def test_cancel_stops_decoding_within_a_step(served):
+    _, _, client, capture = served
+    job = client.submit(RUN_ARGS[0], "nanospec", 500, *RUN_ARGS[3:], api_name="/run")
+    deadline = time.time() + 60
+    while len(job.outputs()) < 4 and time.time() < deadline:
+        time.sleep(0.02)
+    job.cancel()
+    time.sleep(0.3)
+    stopped_at = capture.engine.steps_run
+    time.sleep(0.5)
+    assert capture.engine.steps_run == stopped_at  # nothing decodes for a cancelled run
+    assert stopped_at < 100
+
+
+def test_closing_the_page_mid_run_frees_the_work(served):
+    """A browser tab that goes away: its event stream closes, and the run stops."""
+    demo, url, _, capture = served
+    fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
+    session = uuid.uuid4().hex
+    before = capture.engine.steps_run
+    with httpx.Client(base_url=url, timeout=30) as http:
+        http.post("gradio_api/queue/join", json={"data": [RUN_ARGS[0], "nanospec", 500, *RUN_ARGS[3:]],
+                                                 "fn_index": fn_index, "session_hash": session,
+                                                 "event_data": None, "trigger_id": None}).raise_for_status()
+        with http.stream("GET", f"gradio_api/queue/data?session_hash={session}") as stream:
+            seen = 0
+            for line in stream.iter_lines():
+                seen += "process_generating" in line
+                if seen >= 3:
+                    break  # leaving the block closes the connection, like closing the tab
+    time.sleep(2.0)
+    stopped_at = capture.engine.steps_run
+    time.sleep(0.5)
+    assert capture.engine.steps_run == stopped_at
+    assert stopped_at - before < 150
+
+
+def test_model_that_fails_to_load_is_reported(capfd):
+    def broken(progress=None):
+        raise OSError("weights not found in /nowhere")
+
+    demo, url = _launch(broken)
+    try:
+        client = Client(url, verbose=False)
+        for _ in range(2):  # the app keeps serving (and retries the load)
+            with pytest.raises(Exception, match="the model failed to load: weights not found"):
+                client.predict(*RUN_ARGS, api_name="/run")
+        with pytest.raises(Exception, match="failed to load"):
+            client.predict(RUN_ARGS[0], ["full"], *RUN_ARGS[2:], api_name="/compare")
+    finally:
+        demo.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and err.count("weights not found") <= 3
+
+
+def test_head_missing_means_only_ar(tmp_path):
+    """An engine without a draft head (the default pair before its head ships): ar runs, others explain."""
+    from nanospec.engine import SpecEngine
+
+    base = tiny_loader()
+
+    def headless(progress=None):
+        engine, info = base(progress)
+        return SpecEngine(engine.model, engine.tokenizer, None, eos_token_ids=[]), info
+
+    demo, url = _launch(headless)
+    try:
+        client = Client(url, verbose=False)
+        assert len(client.predict(RUN_ARGS[0], "ar", 4, *RUN_ARGS[3:], api_name="/run")[0]) == 4
+        with pytest.raises(Exception, match="needs a draft head"):
+            client.predict(*RUN_ARGS, api_name="/run")
+    finally:
+        demo.close()
