@@ -10,6 +10,7 @@ import gradio as gr
 
 from .callbacks import COMPARE_COLUMNS, LIVE_OUTPUTS, Explorer
 from .charts import ORIGIN_COLORS
+from .lesson import build_lesson_tab, register_deep_link
 from .inputs import DEFAULTS, LIMITS, METHODS, SPEC_METHODS, example_prompts
 from .models import EngineProvider, Loader, pair_loader
 
@@ -60,7 +61,7 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                     capacity = _slider("capacity", "NanoSpec capacity (in-context set size limit)", step=64)
         knobs = [max_new, depth, top_k, total, temperature, top_p, seed, capacity]
 
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("Live", id="live"):
                 with gr.Row():
                     run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
@@ -100,6 +101,12 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                 table = gr.Dataframe(headers=COMPARE_COLUMNS, label="Results", interactive=False,
                                      elem_id="compare-table")
 
+            lesson = build_lesson_tab(
+                {"prompt": prompt, "method": method, "max_new_tokens": max_new, "depth": depth, "top_k": top_k,
+                 "total_tokens": total, "temperature": temperature, "top_p": top_p, "seed": seed,
+                 "capacity": capacity},
+                tabs)
+
         # -- wiring ----------------------------------------------------------------------------
         named = {"answer": answer, "kpis": kpis, "vocab_plot": vocab_plot, "coverage_plot": coverage_plot,
                  "tree_plot": tree_plot, "phase_plot": phase_plot, "step": step, "view": view, "csv": csv_btn,
@@ -118,6 +125,7 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                                           show_progress_on=[verdict])
         compare_stop.click(None, None, None, cancels=[compare_event], api_visibility="undocumented")
         demo.load(provider.describe, None, pair_md, api_visibility="undocumented", queue=False)
+        register_deep_link(demo, lesson)  # ?chapter=N opens the Lesson tab; ?presenter=1 enlarges fonts
     demo.queue(default_concurrency_limit=1)
     return demo
 

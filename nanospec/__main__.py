@@ -124,13 +124,6 @@ def cmd_random_pair(a) -> int:
     return 0
 
 
-def _forward(module: str):
-    def run(a) -> int:
-        import importlib
-        return importlib.import_module(f"nanospec.{module}").main(a.rest)
-    return run
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m nanospec", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -167,16 +160,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=cmd_random_pair)
 
-    for name, module, text in (("train-head", "train_head", "train the draft head for the default target"),
-                               ("freq-table", "freq_table", "build the token-frequency table"),
-                               ("record-lesson", "lesson_traces", "record the lesson's traces")):
-        f = sub.add_parser(name, help=text, add_help=False)
-        f.add_argument("rest", nargs=argparse.REMAINDER)
-        f.set_defaults(func=_forward(module))
+    for name, text in (("train-head", "train the draft head for the default target"),
+                       ("freq-table", "build the token-frequency table"),
+                       ("record-lesson", "record the lesson's traces")):
+        sub.add_parser(name, help=f"{text} (options: python -m nanospec {name} --help)")
     return ap
 
 
+FORWARDED = {"train-head": "train_head", "freq-table": "freq_table", "record-lesson": "lesson_traces"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in FORWARDED:  # these scripts parse their own options
+        import importlib
+        return importlib.import_module(f"nanospec.{FORWARDED[argv[0]]}").main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

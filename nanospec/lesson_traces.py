@@ -1,0 +1,308 @@
+"""Record the classroom lesson's material: real runs of the offline default pair + an LM-head timing sweep.
+
+    python -m nanospec record-lesson                  # shipped head -> assets/lesson/
+    python -m nanospec record-lesson -- --head random   # development only, before the head exists
+
+Writes two files the lesson tab (app/lesson.py) reads without ever loading a model:
+    lesson_runs.json.gz   every (prompt, run) as a `nanospec-trace` document (events, summary, meta)
+    lm_head_sweep.json    LM-head matmul time vs vocabulary size at the default hidden size
+Both carry the command that made them and a label of the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from .config import GenerationConfig
+from .events import TRACE_VERSION
+from .pair import ASSETS
+
+LESSON_DIR = ASSETS / "lesson"
+RUNS_FILE = "lesson_runs.json.gz"
+SWEEP_FILE = "lm_head_sweep.json"
+BUNDLE_FORMAT = "nanospec-lesson"
+COMMAND = "python -m nanospec record-lesson"
+
+DEFAULT_PROMPTS = ("code-06", "math-06", "sum-06")  # held-out: the head never trained on them
+# run key -> GenerationConfig.build arguments. "greedy" is a greedy chain: one candidate per level.
+RUNS: dict[str, dict] = {
+    "ar": {"method": "ar"},
+    "greedy": {"method": "full", "depth": 5, "top_k": 1, "total_tokens": 6},
+    "full": {"method": "full"},
+    "static": {"method": "static"},
+    "nanospec": {"method": "nanospec"},
+    "hybrid": {"method": "hybrid"},
+}
+# vocabulary sizes of real tokenizers (and NanoSpec's default capacity) for the LM-head sweep
+SWEEP_VOCABS = {3072: "NanoSpec capacity", 32000: "Llama-2", 49152: "SmolLM2 (this model)",
+                128256: "Llama-3", 151936: "Qwen2/3", 256000: "Gemma"}
+SWEEP_HIDDEN = 576   # SmolLM2-135M's hidden size
+SWEEP_ROWS = (1, 6)  # rows scored at once: one node, or one draft level of top_k = 6 nodes
+
+
+# -- machine label ------------------------------------------------------------------------
+def machine_label(device: torch.device | str = "cpu") -> dict:
+    """Where a measurement ran: CPU model, core count, torch device and version."""
+    device = torch.device(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    label = {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+             "device": str(device), "torch": torch.__version__, "python": platform.python_version(),
+             "os": f"{platform.system()} {platform.release()}"}
+    if device.type == "cuda":
+        label["gpu"] = torch.cuda.get_device_name(device)
+    label["text"] = (f"{label.get('gpu', cpu)} · {label['cpu_count']} CPU cores · torch {torch.__version__} "
+                     f"on {device}")
+    return label
+
+
+# -- the LM-head sweep ---------------------------------------------------------------------
+def time_lm_head(vocab: int, hidden: int, rows: int, repeats: int, device: torch.device,
+                 dtype: torch.dtype = torch.float32, seed: int = 0) -> float:
+    """Median milliseconds of one `[rows, H] @ [H, V]` matmul with random weights (warm-up excluded)."""
+    gen = torch.Generator().manual_seed(seed)
+    weight = torch.randn(vocab, hidden, generator=gen).to(device, dtype)   # [V, H], like an LM head
+    h = torch.randn(rows, hidden, generator=gen).to(device, dtype)         # [k, H]
+    times = []
+    for i in range(repeats + 3):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        logits = h @ weight.T                                               # [k, V]
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i >= 3:
+            times.append((time.perf_counter() - t0) * 1e3)
+    del logits, weight
+    times.sort()
+    return times[len(times) // 2]
+
+
+def lm_head_sweep(device: torch.device, repeats: int = 30, hidden: int = SWEEP_HIDDEN,
+                  dtype: torch.dtype = torch.float32) -> dict:
+    points = []
+    for vocab, label in SWEEP_VOCABS.items():
+        for rows in SWEEP_ROWS:
+            ms = time_lm_head(vocab, hidden, rows, repeats, device, dtype)
+            points.append({"vocab": vocab, "label": label, "rows": rows, "ms": round(ms, 4)})
+            print(f"  lm-head sweep: V={vocab:>6} rows={rows}: {ms:.3f} ms", file=sys.stderr)
+    return {"format": "nanospec-lm-head-sweep", "command": COMMAND, "hidden": hidden,
+            "dtype": str(dtype).removeprefix("torch."), "repeats": repeats, "statistic": "median",
+            "machine": machine_label(device), "recorded_at": _now(), "points": points}
+
+
+# -- the runs ------------------------------------------------------------------------------
+def token_pieces(tokenizer, ids: list[int]) -> list[str]:
+    """Text each emitted token adds (decoding the growing prefix keeps multi-byte characters whole)."""
+    pieces, before = [], ""
+    for i in range(len(ids)):
+        text = tokenizer.decode(ids[: i + 1], skip_special_tokens=False)
+        if text.endswith("\ufffd"):
+            pieces.append("")
+            continue
+        pieces.append(text[len(before):])
+        before = text
+    return pieces
+
+
+@torch.inference_mode()
+def target_top3(engine, ids: list[int]) -> list[list[int]]:
+    """The target's top-3 next-token guesses at every position of `ids` (one teacher-forced forward)."""
+    x = torch.tensor([ids], device=engine.device)                      # [1, n]
+    logits = engine.model(input_ids=x).logits[0]                       # [n, V]
+    return torch.topk(logits, 3, dim=-1).indices.tolist()
+
+
+def record_run(engine, messages: list[dict], run_key: str, max_new_tokens: int) -> dict:
+    """One decoding run as a `nanospec-trace` document (the layout `events.save_trace` writes)."""
+    cfg = GenerationConfig.build(max_new_tokens=max_new_tokens, **RUNS[run_key])
+    run = engine.stream(messages, cfg)
+    for _ in run:
+        pass
+    events, summary = run.events, run.summary
+    tok = engine.tokenizer
+    shown = {t for e in events for t in (*e.tree_tokens, e.bonus_token)}
+    meta = {"run": run_key, "config": cfg.to_dict(), "prompt_ids": run.prompt_ids,
+            "pieces": token_pieces(tok, summary.output_ids),
+            "token_text": {str(t): tok.decode([t], skip_special_tokens=False) for t in sorted(shown)}}
+    return {"format": "nanospec-trace", "version": TRACE_VERSION, "meta": meta,
+            "summary": summary.to_dict(), "events": [e.to_dict() for e in events]}
+
+
+def record_prompt(engine, item: dict, max_new_tokens: int, runs: list[str]) -> list[dict]:
+    from .prompts import prompt_messages
+
+    messages = prompt_messages(item)
+    docs = []
+    for key in runs:
+        t0 = time.perf_counter()
+        doc = record_run(engine, messages, key, max_new_tokens)
+        s = doc["summary"]
+        print(f"  {item['id']:>8} {key:>8}: {s['new_tokens']} tokens, tau {s['tau']:.2f}, "
+              f"{s['tokens_per_s']:.1f} tok/s ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+        docs.append(doc)
+    reference = docs[0]["summary"]["output_ids"]
+    prompt_ids = docs[0]["meta"]["prompt_ids"]
+    top3 = target_top3(engine, prompt_ids + reference)
+    for doc in docs:
+        doc["meta"].update(prompt_id=item["id"], category=item["category"],
+                           identical_to_first=doc["summary"]["output_ids"] == reference,
+                           top3=top3)  # row i: the target's top-3 guesses for position i + 1
+    return docs
+
+
+def warm_up(engine, runs: list[str]) -> None:
+    """One short untimed run per method so first-call costs stay out of the recorded times."""
+    for key in runs:
+        cfg = GenerationConfig.build(max_new_tokens=8, **RUNS[key])
+        engine.generate("Say hello.", cfg)
+
+
+def load_engine(head: str | None, device: str | None):
+    from .pair import load_pair
+
+    if head == "random":
+        from .random_pair import random_head
+
+        engine, info = load_pair(None, device=device)
+        from .engine import SpecEngine
+        rh = random_head(engine.model.config, dtype=engine.lm_head_weight.dtype).to(engine.device)
+        engine = SpecEngine(engine.model, engine.tokenizer, rh, frequent_ids=engine.frequent_ids)
+        return engine, {"target": info.target, "head": "random untrained head (development only)",
+                        "head_kind": "random", "device": info.device, "dtype": info.dtype,
+                        "vocab_size": info.vocab_size, "hidden_size": info.hidden_size}
+    engine, info = load_pair(None, head, device=device)
+    if engine.head is None:
+        raise ValueError("no draft head: the shipped head (assets/heads/smollm2-135m-eagle/) is missing; "
+                         "pass --head FOLDER, or --head random for development traces")
+    return engine, {"target": info.target, "head": _relative(info.head), "head_kind": "shipped" if head is None
+                    else "given", "head_sha256": head_digest(Path(info.head)), "device": info.device,
+                    "dtype": info.dtype, "vocab_size": info.vocab_size, "hidden_size": info.hidden_size}
+
+
+def head_digest(folder: Path) -> str | None:
+    """sha256 of the head's weight file: ties the traces to the exact head they were recorded with."""
+    import hashlib
+
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (folder / name).exists():
+            return hashlib.sha256((folder / name).read_bytes()).hexdigest()
+    return None
+
+
+def _relative(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return str(Path(path).resolve().relative_to(ASSETS.parent))
+    except ValueError:
+        return path
+
+
+def prompt_text(item: dict) -> str:
+    """A prompt-set item as the app's prompt-box text (`user: ...` lines for a conversation)."""
+    if "turns" in item:
+        return "\n".join(f"{t['role']}: {t['content']}" for t in item["turns"])
+    return item["prompt"]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def write_runs(path: Path, docs: list[dict], prompts: list[dict], pair: dict, command: str,
+               settings: dict, machine: dict) -> Path:
+    bundle = {"format": BUNDLE_FORMAT, "version": 1, "command": command, "recorded_at": _now(),
+              "machine": machine, "pair": pair, "settings": settings, "prompts": prompts, "runs": docs}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as fh:
+        json.dump(bundle, fh, separators=(",", ":"))
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=COMMAND, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(LESSON_DIR), help="output folder (default: assets/lesson)")
+    ap.add_argument("--head", default=None,
+                    help="draft head folder (default: the shipped head); 'random' = untrained, development only")
+    ap.add_argument("--device", default=None, help="cpu | cuda (default: CUDA if available)")
+    ap.add_argument("--prompts", default=",".join(DEFAULT_PROMPTS), help="comma-separated prompt ids")
+    ap.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated run keys from {', '.join(RUNS)}")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=30, help="repeats per LM-head sweep point (median)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (default 1: steady timings on a shared machine; 0 = torch's default)")
+    ap.add_argument("--skip-runs", action="store_true", help="only the LM-head sweep")
+    ap.add_argument("--skip-sweep", action="store_true", help="only the decoding runs")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:  # `python -m nanospec record-lesson -- --head random` forwards the separator
+        argv = argv[1:]
+    a = build_parser().parse_args(argv)
+    from .prompts import load_prompts
+
+    runs = [r.strip() for r in a.runs.split(",") if r.strip()]
+    bad = [r for r in runs if r not in RUNS]
+    if bad or not runs:
+        raise ValueError(f"--runs: unknown {bad}; allowed: {', '.join(RUNS)}")
+    if runs[0] != "ar":
+        runs = ["ar"] + [r for r in runs if r != "ar"]  # ar is the reference every run is checked against
+    if not 1 <= a.max_new_tokens <= 512:
+        raise ValueError("--max-new-tokens must be in [1, 512]")
+    wanted = [p.strip() for p in a.prompts.split(",") if p.strip()]
+    by_id = {p["id"]: p for p in load_prompts()}
+    missing = [p for p in wanted if p not in by_id]
+    if missing or not wanted:
+        raise ValueError(f"--prompts: unknown ids {missing}; see assets/prompts/prompts.jsonl")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    out = Path(a.out)
+    command = " ".join([COMMAND, *argv])
+    t_start = time.perf_counter()
+    if not a.skip_runs:
+        engine, pair = load_engine(a.head, a.device)
+        warm_up(engine, runs)
+        docs = []
+        for pid in wanted:
+            docs += record_prompt(engine, by_id[pid], a.max_new_tokens, runs)
+        prompts = [{"id": pid, "category": by_id[pid]["category"], "text": prompt_text(by_id[pid])}
+                   for pid in wanted]
+        settings = {"max_new_tokens": a.max_new_tokens, "runs": {k: RUNS[k] for k in runs},
+                    "temperature": 0.0, "defaults": GenerationConfig().to_dict()}
+        path = write_runs(out / RUNS_FILE, docs, prompts, pair, command, settings, machine_label(engine.device))
+        print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)", file=sys.stderr)
+        del engine
+    if not a.skip_sweep:
+        device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        sweep = lm_head_sweep(device, a.repeats)
+        sweep["command"] = command
+        path = out / SWEEP_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(sweep, indent=1))
+        print(f"wrote {path}", file=sys.stderr)
+    print(f"record-lesson done in {time.perf_counter() - t_start:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

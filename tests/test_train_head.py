@@ -1,0 +1,125 @@
+"""Draft-head training: data shapes, a few steps reduce the loss, save/load round trip (tiny random pair)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from nanospec.head import load_head, save_head
+from nanospec.instructions import make_instructions
+from nanospec.prompts import load_prompts, prompt_messages
+from nanospec.random_pair import random_target, random_target_config
+from nanospec.train_head import (Sample, answer_samples, collate, head_loss, init_head_from_target, make_batches,
+                                 parse_settings, sampled_vocab, teacher_forced_samples, train)
+
+VOCAB, HIDDEN = 512, 64
+
+
+@pytest.fixture(scope="module")
+def tiny_target():
+    cfg = random_target_config(VOCAB, HIDDEN, 2, heads=2, kv_heads=1, intermediate=128, max_positions=256)
+    return random_target(cfg, seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_samples(tiny_target):
+    g = torch.Generator().manual_seed(5)
+    # repeated patterns give the head something learnable
+    seqs = [torch.randint(0, 64, (8,), generator=g).repeat(4) for _ in range(12)]
+    return teacher_forced_samples(tiny_target, seqs, batch_size=4, progress=False)
+
+
+def test_answer_samples_split_left_padded_batch():
+    b, p, n, h, eos = 2, 4, 5, 3, 2
+    input_ids = torch.tensor([[0, 10, 11, 12], [20, 21, 22, 23]])
+    attention_mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    answers = torch.tensor([[30, 31, eos, eos, eos], [40, 41, 42, 43, 44]])
+    output_ids = torch.cat([input_ids, answers], dim=1)
+    # feature value = absolute column, so alignment is visible
+    feats = torch.arange(p + n - 1).float()[None, :, None].expand(b, p + n - 1, h)
+    s0, s1 = answer_samples(input_ids, attention_mask, output_ids, feats, eos)
+    assert s0.ids.tolist() == [10, 11, 12, 30, 31, eos]            # pad dropped, cut after the first eos
+    assert s0.feats.shape == (5, h) and s0.feats.dtype == torch.float16
+    assert s0.feats[:, 0].tolist() == [1, 2, 3, 4, 5]                # f of ids[0..4] = columns 1..5
+    assert s0.start == 1                                             # predicts f[3] (last prompt pos) onward
+    assert s1.ids.tolist() == [20, 21, 22, 23, 40, 41, 42, 43, 44]   # no eos: all n tokens
+    assert s1.feats.shape == (8, h) and s1.feats[-1, 0] == 7
+
+
+def test_collate_and_batches(tiny_samples):
+    s = [Sample(torch.arange(6), torch.zeros(5, HIDDEN, dtype=torch.float16), start=2),
+         Sample(torch.arange(4), torch.ones(3, HIDDEN, dtype=torch.float16), start=0)]
+    ids, feats, mask = collate(s)
+    assert ids.shape == (2, 6) and feats.shape == (2, 5, HIDDEN) and mask.shape == (2, 4)
+    assert mask.tolist() == [[False, False, True, True], [True, True, False, False]]
+    batches = make_batches(tiny_samples, batch_tokens=64, rng=random.Random(0))
+    assert sorted(j for b in batches for j in b) == list(range(len(tiny_samples)))
+    assert all(len(b) * 32 <= 64 for b in batches)
+
+
+def test_teacher_forced_features_match_the_base_model(tiny_target, tiny_samples):
+    s = tiny_samples[0]
+    with torch.no_grad():
+        hidden = tiny_target.model(input_ids=s.ids[None]).last_hidden_state[0]
+    assert s.feats.shape == (len(s.ids) - 1, HIDDEN)
+    torch.testing.assert_close(s.feats.float(), hidden[:-1], atol=2e-3, rtol=2e-3)
+
+
+def test_init_starts_as_identity(tiny_target, tiny_samples):
+    head = init_head_from_target(tiny_target)
+    ids, feats, _ = collate(tiny_samples[:1])
+    t = feats.shape[1]
+    with torch.no_grad():
+        out = head(tiny_target.get_input_embeddings()(ids[:, 1:]), feats, torch.arange(t)[None], None,
+                   torch.ones(t, t, dtype=torch.bool).tril()[None, None])
+    torch.testing.assert_close(out, feats)
+
+
+def test_a_few_steps_reduce_the_loss(tiny_target, tiny_samples):
+    embed, lm = tiny_target.get_input_embeddings(), tiny_target.get_output_embeddings().weight
+    frequent = torch.arange(32)
+    ids, feats, mask = collate(tiny_samples)
+    vocab = sampled_vocab(ids, frequent)
+    head = init_head_from_target(tiny_target)
+    with torch.no_grad():
+        before, _ = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5)
+    stats = train(head, tiny_target, tiny_samples, tiny_samples[:2], frequent, epochs=4, lr=1e-2,
+                  batch_tokens=64, noise=0.1, token_weight=0.5, seed=0, progress=False)
+    with torch.no_grad():
+        after, _ = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5)
+    assert stats["steps"] >= 12 and len(stats["history"]) == 4
+    assert after.item() < 0.95 * before.item()
+
+
+def test_save_load_round_trip(tmp_path, tiny_target):
+    head = init_head_from_target(tiny_target)
+    with torch.no_grad():
+        head.fc.weight.add_(0.01 * torch.randn_like(head.fc.weight))
+    folder = save_head(head.eval(), tmp_path / "head", dtype=torch.float16)
+    from safetensors.torch import load_file
+    stored = load_file(str(folder / "model.safetensors"))
+    assert not any(k.startswith("embed_tokens") for k in stored)
+    assert all(v.dtype == torch.float16 for v in stored.values())
+    loaded = load_head(folder, target=tiny_target, dtype=torch.float32)
+    assert loaded.embed_tokens is None
+    for name, value in head.state_dict().items():
+        if not name.startswith("rotary_emb."):
+            torch.testing.assert_close(loaded.state_dict()[name], value.half().float())
+
+
+def test_instructions_are_seeded_and_never_held_out():
+    heldout = [prompt_messages(p) for p in load_prompts(split="heldout")]
+    a = make_instructions(300, seed=0, exclude=heldout)
+    assert a == make_instructions(300, seed=0, exclude=heldout)
+    assert a != make_instructions(300, seed=1, exclude=heldout)
+    held_texts = {m[-1]["content"].strip() for m in heldout}
+    assert not any(m[-1]["content"].strip() in held_texts for m in a)
+    assert len({str(m) for m in a}) == 300
+
+
+def test_parse_settings():
+    assert parse_settings("5x8x32,4x6x24") == [(5, 8, 32), (4, 6, 24)]
+    with pytest.raises(ValueError):
+        parse_settings("5x8")
