@@ -206,7 +206,7 @@ class SpecEngine:
             step=0, method=cfg.method, root_token=int(prompt_ids[-1]), tree_tokens=[int(prompt_ids[-1])],
             tree_parents=[-1], tree_depths=[0], tree_logprobs=[0.0], tree_in_active=[True],
             accepted_path=[0], accepted_tokens=[], bonus_token=first, tokens=tokens,
-            active_size=self._active_size(vocab, cfg), added_ids=added, vocab_size=self.vocab_size,
+            active_size=vocab.size if vocab is not None else 0, added_ids=added, vocab_size=self.vocab_size,
             coverage=None, miss_kind="none", wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases)
         return state, event
 
@@ -320,9 +320,6 @@ class SpecEngine:
         parts = [torch.topk(self._lm_head(hidden[i:i + PREFILL_CHUNK]), k, dim=-1).indices
                  for i in range(0, hidden.shape[0], PREFILL_CHUNK)]
         return torch.cat(parts)
-
-    def _active_size(self, vocab, cfg) -> int:
-        return vocab.size if vocab is not None else 0
 
     def _vocab(self, cfg: GenerationConfig):
         v = cfg.vocab

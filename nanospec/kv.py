@@ -10,10 +10,6 @@ def new_cache() -> DynamicCache:
     return DynamicCache()
 
 
-def cache_length(cache: DynamicCache) -> int:
-    return cache.get_seq_length()
-
-
 def compact_cache(cache: DynamicCache, prefix_len: int, keep: torch.Tensor) -> None:
     """Keep entries [0, prefix_len) plus `prefix_len + keep` (tree nodes on the accepted path).
 
