@@ -17,6 +17,8 @@ from pathlib import Path
 
 import gradio as gr
 import pandas as pd
+import plotly.io as pio
+from gradio.components.plot import PlotData
 
 from nanospec.events import RunSummary, summarize
 
@@ -38,6 +40,11 @@ def fail(context: str, exc: BaseException | str) -> gr.Error:
     message = f"{context}: {exc}" if str(exc) else context
     logger.warning("%s", " ".join(message.split()))
     return gr.Error(message, print_exception=False)
+
+
+def plot_data(spec: dict) -> PlotData:
+    """A figure dict as `gr.Plot`'s payload, serialised without building a `go.Figure` (see `charts`)."""
+    return PlotData(type="plotly", plot=pio.to_json(spec, validate=False))
 
 
 class StepPump:
@@ -180,8 +187,9 @@ class Explorer:
         if charts_too:
             frame = view.frame()
             shown = view.last_step if step is None else step
-            figs = (charts.vocab_figure(frame), charts.coverage_figure(frame),
-                    charts.tree_figure(frame, shown, view.token_text), charts.phase_figure(frame))
+            figs = tuple(plot_data(spec) for spec in (
+                charts.vocab_spec(frame), charts.coverage_spec(frame), charts.tree_spec(frame, shown, view.token_text),
+                charts.phase_spec(frame)))
             slider = gr.update(maximum=max(1, view.last_step), value=shown)
         files = (skip, skip)
         if downloads and view.events:
@@ -206,7 +214,7 @@ class Explorer:
             step = int(step)
         except (TypeError, ValueError):
             raise fail("invalid input", f"step must be an integer; got {step!r}") from None
-        return charts.tree_figure(view.frame(), step, view.token_text)
+        return plot_data(charts.tree_spec(view.frame(), step, view.token_text))
 
     def replay(self, path):
         """A trace file was uploaded: show it like a finished run, without any model."""

@@ -1,16 +1,19 @@
 """Chart builders: pure functions from the events frame (`events_to_frame`) to Plotly figures.
 
-Every builder takes the frame (one row per step, step 0 = prefill) and returns a `go.Figure`;
-none touches the engine, Gradio or the disk, so each is testable without a browser.
+Every builder takes the frame (one row per step, step 0 = prefill) and returns a `go.Figure`
+(`*_figure`) or the same figure as a plain dict (`*_spec`, what the live run streams: no
+validation cost); none touches the engine, Gradio or the disk, so each is testable without a browser.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from nanospec.timing import DRAFT_PHASES, PHASES
@@ -53,14 +56,33 @@ def token_label(token_id: int, token_text: Mapping[int, str] | None) -> str:
     return shown if shown.strip() else shown.replace(" ", "·") or "∅"
 
 
+@functools.cache
+def _template() -> dict:
+    """The named template expanded (plotly.js knows no template names; `go.Figure` does this itself)."""
+    return pio.templates["plotly_white"].to_plotly_json()
+
+
+def _layout(title: str, **extra) -> dict:
+    """The shared layout of the live charts as a plain dict, with `extra` keys on top."""
+    base = {k: v for k, v in _LAYOUT.items() if k != "title"}
+    return {**base, "template": _template(), "title": {**_LAYOUT["title"], "text": title}, **extra}
+
+
+def _right_axis(title: str, **extra) -> dict:
+    return dict(title=dict(text=title), overlaying="y", side="right", anchor="x", showgrid=False, **extra)
+
+
+def _note(text: str, **font) -> dict:
+    return dict(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(color="#777", **font))
+
+
+def _empty_spec(title: str, message: str) -> dict:
+    return {"data": [], "layout": _layout(title, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                                          annotations=[_note(message, size=13)])}
+
+
 def _empty(title: str, message: str) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(**_LAYOUT, title_text=title)
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font=dict(size=13, color="#777"))
-    return fig
+    return go.Figure(_empty_spec(title, message))
 
 
 # -- answer text -----------------------------------------------------------------------
@@ -143,31 +165,32 @@ def kpi_html(values: dict) -> str:
 
 
 # -- per-step charts ---------------------------------------------------------------------
-def vocab_figure(frame: pd.DataFrame) -> go.Figure:
+# Each chart is built as a plain Plotly figure dict (`*_spec`): building a validated `go.Figure`
+# costs ~40 ms per chart on a slow CPU, which the live run pays on every redraw. `*_figure` wraps
+# the same dict in a `go.Figure` for everything else (tests, the lesson, notebooks).
+def vocab_spec(frame: pd.DataFrame) -> dict:
     """Active vocabulary size per step (log y) against the full vocabulary; ids added per step."""
     title = "Active draft vocabulary per step"
     if frame.empty:
-        return _empty(title, "no steps yet")
+        return _empty_spec(title, "no steps yet")
     vocab = int(frame["vocab_size"].iloc[0])
     steps = frame["step"].tolist()
-    active = [a if a > 0 else None for a in frame["active_size"]]
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Bar(x=steps, y=frame["added_ids"].tolist(), name="ids added", marker_color="#9b7fc7",
-                         opacity=0.45, hovertemplate="step %{x}<br>%{y} ids added<extra></extra>"),
-                  secondary_y=True)
-    fig.add_trace(go.Scatter(x=steps, y=active, name="active set", mode="lines+markers",
-                             line=dict(color="#e8743b", width=2), marker=dict(size=5),
-                             hovertemplate="step %{x}<br>%{y:,} active rows<extra></extra>"), secondary_y=False)
-    fig.add_trace(go.Scatter(x=steps, y=[vocab] * len(steps), name=f"full vocabulary V = {vocab:,}", mode="lines",
-                             line=dict(color="#555", dash="dash"), hoverinfo="skip"), secondary_y=False)
-    fig.update_layout(**_LAYOUT, title_text=title, bargap=0.2)
-    fig.update_xaxes(title_text="step (0 = prefill)")
-    fig.update_yaxes(type="log", dtick=1, title_text="rows scored", secondary_y=False)
-    fig.update_yaxes(title_text="ids added", rangemode="tozero", showgrid=False, secondary_y=True)
+    active = [int(a) if a > 0 else None for a in frame["active_size"]]
+    data = [
+        dict(type="bar", x=steps, y=frame["added_ids"].tolist(), name="ids added", yaxis="y2", opacity=0.45,
+             marker=dict(color="#9b7fc7"), hovertemplate="step %{x}<br>%{y} ids added<extra></extra>"),
+        dict(type="scatter", x=steps, y=active, name="active set", mode="lines+markers",
+             line=dict(color="#e8743b", width=2), marker=dict(size=5),
+             hovertemplate="step %{x}<br>%{y:,} active rows<extra></extra>"),
+        dict(type="scatter", x=steps, y=[vocab] * len(steps), name=f"full vocabulary V = {vocab:,}", mode="lines",
+             line=dict(color="#555", dash="dash"), hoverinfo="skip"),
+    ]
+    layout = _layout(title, bargap=0.2, xaxis=dict(title=dict(text="step (0 = prefill)"), domain=[0, 0.94]),
+                     yaxis=dict(type="log", dtick=1, title=dict(text="rows scored")),
+                     yaxis2=_right_axis("ids added", rangemode="tozero"))
     if all(a is None for a in active):
-        fig.add_annotation(text="autoregressive: no drafter, no active set", showarrow=False, x=0.5, y=0.5,
-                           xref="paper", yref="paper", font=dict(color="#777"))
-    return fig
+        layout["annotations"] = [_note("autoregressive: no drafter, no active set")]
+    return {"data": data, "layout": layout}
 
 
 def running_coverage(frame: pd.DataFrame) -> list[float | None]:
@@ -182,51 +205,47 @@ def running_coverage(frame: pd.DataFrame) -> list[float | None]:
     return out
 
 
-def coverage_figure(frame: pd.DataFrame) -> go.Figure:
+def coverage_spec(frame: pd.DataFrame) -> dict:
     """Misses per step by kind (vocab vs draft) with the running coverage %."""
     title = "Misses per step and running coverage"
     decode = _decode_rows(frame)
     if decode.empty:
-        return _empty(title, "no decode steps yet")
+        return _empty_spec(title, "no decode steps yet")
     steps = decode["step"].tolist()
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    for kind, name, color in (("vocab", "vocab miss (token outside the active set)", "#d64545"),
-                              ("draft", "draft miss (in the set, ranked too low)", "#f2b134")):
-        fig.add_trace(go.Bar(x=steps, y=(decode["miss_kind"] == kind).astype(int).tolist(), name=name,
-                             marker_color=color, hovertemplate="step %{x}<extra>" + kind + "</extra>"),
-                      secondary_y=False)
-    fig.add_trace(go.Scatter(x=steps, y=running_coverage(decode), name="running coverage %", mode="lines",
-                             line=dict(color="#2e9d5b", width=2),
-                             hovertemplate="step %{x}<br>coverage %{y:.1f}%<extra></extra>"), secondary_y=True)
-    fig.update_layout(**_LAYOUT, title_text=title, barmode="stack", bargap=0.2)
-    fig.update_xaxes(title_text="decode step")
-    fig.update_yaxes(title_text="miss", range=[0, 1.05], dtick=1, secondary_y=False)
-    fig.update_yaxes(title_text="coverage %", range=[0, 102], showgrid=False, secondary_y=True)
+    data = [dict(type="bar", x=steps, y=(decode["miss_kind"] == kind).astype(int).tolist(), name=name,
+                 marker=dict(color=color), hovertemplate="step %{x}<extra>" + kind + "</extra>")
+            for kind, name, color in (("vocab", "vocab miss (token outside the active set)", "#d64545"),
+                                      ("draft", "draft miss (in the set, ranked too low)", "#f2b134"))]
+    data.append(dict(type="scatter", x=steps, y=running_coverage(decode), name="running coverage %", mode="lines",
+                     yaxis="y2", line=dict(color="#2e9d5b", width=2),
+                     hovertemplate="step %{x}<br>coverage %{y:.1f}%<extra></extra>"))
+    layout = _layout(title, barmode="stack", bargap=0.2,
+                     xaxis=dict(title=dict(text="decode step"), domain=[0, 0.94]),
+                     yaxis=dict(title=dict(text="miss"), range=[0, 1.05], dtick=1),
+                     yaxis2=_right_axis("coverage %", range=[0, 102]))
     if all(c is None for c in decode["coverage"]):
-        fig.add_annotation(text="autoregressive: nothing drafted, no misses", showarrow=False, x=0.5, y=0.5,
-                           xref="paper", yref="paper", font=dict(color="#777"))
-    return fig
+        layout["annotations"] = [_note("autoregressive: nothing drafted, no misses")]
+    return {"data": data, "layout": layout}
 
 
-def phase_figure(frame: pd.DataFrame) -> go.Figure:
+def phase_spec(frame: pd.DataFrame) -> dict:
     """Wall time per decode step, stacked by phase (prefill excluded; its time is in the title)."""
     decode = _decode_rows(frame)
     prefill_ms = float(frame.loc[frame["step"] == 0, "wall_ms"].sum())
     title = f"Time per decode step by phase (prefill {prefill_ms:.0f} ms not shown)"
     if decode.empty:
-        return _empty(title, "no decode steps yet")
-    fig = go.Figure()
+        return _empty_spec(title, "no decode steps yet")
     steps = decode["step"].tolist()
+    data = []
     for phase in PHASES:
         kind = "draft" if phase in DRAFT_PHASES else "target / bookkeeping"
-        fig.add_trace(go.Bar(x=steps, y=decode[f"phase_{phase}"].tolist(), name=phase,
-                             marker_color=PHASE_COLORS[phase],
-                             hovertemplate="step %{x}<br>%{y:.2f} ms<extra>" + f"{phase} ({kind})</extra>"))
-    fig.update_layout(**_LAYOUT, title_text=title, barmode="stack", bargap=0.15)
-    fig.update_layout(height=HEIGHT + 30, margin=dict(l=60, r=20, t=86, b=44))
-    fig.update_xaxes(title_text="decode step")
-    fig.update_yaxes(title_text="ms")
-    return fig
+        data.append(dict(type="bar", x=steps, y=[float(v) for v in decode[f"phase_{phase}"]], name=phase,
+                         marker=dict(color=PHASE_COLORS[phase]),
+                         hovertemplate="step %{x}<br>%{y:.2f} ms<extra>" + f"{phase} ({kind})</extra>"))
+    layout = _layout(title, barmode="stack", bargap=0.15, height=HEIGHT + 30,
+                     margin=dict(l=60, r=20, t=86, b=44),
+                     xaxis=dict(title=dict(text="decode step")), yaxis=dict(title=dict(text="ms")))
+    return {"data": data, "layout": layout}
 
 
 # -- the draft tree of one step ------------------------------------------------------------
@@ -252,11 +271,11 @@ def _tree_y(parents: Sequence[int]) -> list[float]:
     return y
 
 
-def tree_figure(frame: pd.DataFrame, step: int | None = None,
-                token_text: Mapping[int, str] | None = None) -> go.Figure:
+def tree_spec(frame: pd.DataFrame, step: int | None = None,
+              token_text: Mapping[int, str] | None = None) -> dict:
     """The draft tree of one step (default: the latest): accepted path highlighted, bonus token added."""
     if frame.empty:
-        return _empty("Draft tree", "no steps yet")
+        return _empty_spec("Draft tree", "no steps yet")
     rows = frame[frame["step"] == step] if step is not None else frame.iloc[[-1]]
     row = (rows if len(rows) else frame.iloc[[-1]]).iloc[0]
     tokens, parents = list(row["tree_tokens"]), list(row["tree_parents"])
@@ -272,7 +291,6 @@ def tree_figure(frame: pd.DataFrame, step: int | None = None,
     on_path = set(path)
     miss = _is_bool(row["coverage"], False)
 
-    fig = go.Figure()
     edge_x, edge_y, path_x, path_y = [], [], [], []
     for child, parent in enumerate(parents):
         if parent < 0:
@@ -280,10 +298,10 @@ def tree_figure(frame: pd.DataFrame, step: int | None = None,
         accepted_edge = child in on_path or child == bonus
         (path_x if accepted_edge else edge_x).extend([x[parent], x[child], None])
         (path_y if accepted_edge else edge_y).extend([y[parent], y[child], None])
-    fig.add_trace(go.Scatter(x=edge_x, y=edge_y, mode="lines", name="edges", hoverinfo="skip",
-                             line=dict(color="#c8c8c8", width=1.2)))
-    fig.add_trace(go.Scatter(x=path_x, y=path_y, mode="lines", name="accepted path", hoverinfo="skip",
-                             line=dict(color="#2e9d5b", width=3.5)))
+    data = [dict(type="scatter", x=edge_x, y=edge_y, mode="lines", name="edges", hoverinfo="skip",
+                 line=dict(color="#c8c8c8", width=1.2)),
+            dict(type="scatter", x=path_x, y=path_y, mode="lines", name="accepted path", hoverinfo="skip",
+                 line=dict(color="#2e9d5b", width=3.5))]
 
     def hover(i: int) -> str:
         if i == bonus:
@@ -302,20 +320,36 @@ def tree_figure(frame: pd.DataFrame, step: int | None = None,
     )
     for name, idx, color, symbol, size in groups:
         outline = ["#d64545" if i < bonus and not in_active[i] else "white" for i in idx]
-        fig.add_trace(go.Scatter(
-            x=[x[i] for i in idx], y=[y[i] for i in idx], mode="markers+text", name=name,
+        data.append(dict(
+            type="scatter", x=[x[i] for i in idx], y=[y[i] for i in idx], mode="markers+text", name=name,
             text=[token_label(tokens[i], token_text)[:14] for i in idx], textposition="middle right",
-            textfont=dict(size=11, color="#333"), customdata=[i for i in idx],
+            textfont=dict(size=11, color="#333"), customdata=list(idx),
             hovertext=[hover(i) for i in idx], hoverinfo="text",
             marker=dict(color=color, symbol=symbol, size=size, line=dict(color=outline, width=1.5))))
     n_acc = len(path) - 1
     title = (f"Draft tree of step {int(row['step'])}: {len(row['tree_tokens']) - 1} drafted, "
              f"{n_acc} accepted + bonus" + (" (vocab miss)" if miss else ""))
-    fig.update_layout(**_LAYOUT, title_text=title, showlegend=True)
-    fig.update_layout(height=max(HEIGHT, 26 * (max(y) + 1) + 110), hovermode="closest")
-    fig.update_xaxes(title_text="depth", dtick=1, range=[-0.3, max(x) + 0.9], zeroline=False)
-    fig.update_yaxes(visible=False, autorange="reversed")
-    return fig
+    layout = _layout(title, showlegend=True, height=max(HEIGHT, 26 * (max(y) + 1) + 110), hovermode="closest",
+                     xaxis=dict(title=dict(text="depth"), dtick=1, range=[-0.3, max(x) + 0.9], zeroline=False),
+                     yaxis=dict(visible=False, autorange="reversed"))
+    return {"data": data, "layout": layout}
+
+
+def vocab_figure(frame: pd.DataFrame) -> go.Figure:
+    return go.Figure(vocab_spec(frame))
+
+
+def coverage_figure(frame: pd.DataFrame) -> go.Figure:
+    return go.Figure(coverage_spec(frame))
+
+
+def phase_figure(frame: pd.DataFrame) -> go.Figure:
+    return go.Figure(phase_spec(frame))
+
+
+def tree_figure(frame: pd.DataFrame, step: int | None = None,
+                token_text: Mapping[int, str] | None = None) -> go.Figure:
+    return go.Figure(tree_spec(frame, step, token_text))
 
 
 # -- compare tab ------------------------------------------------------------------------

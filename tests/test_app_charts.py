@@ -223,3 +223,20 @@ def test_generation_options_coerce_and_bound():
         with pytest.raises(ValueError, match=match):
             generation_options(*args)
     assert not math.isnan(generation_options("ar", 1, 1, 1, 2, 2.0, 0.05, 2**31 - 1, 64)["top_p"])
+
+
+def test_streamed_payload_is_the_validated_figure(frame):
+    """The live run sends the plain dicts unvalidated; they must be what the validated `go.Figure` holds."""
+    import json
+
+    import plotly.graph_objects as go
+
+    from app.callbacks import plot_data
+
+    for spec in (charts.vocab_spec(frame), charts.coverage_spec(frame), charts.phase_spec(frame),
+                 charts.tree_spec(frame, 1, TEXT), charts.vocab_spec(events_to_frame([]))):
+        payload = plot_data(spec)
+        assert payload.type == "plotly"
+        sent = json.loads(payload.plot)
+        assert isinstance(sent["layout"]["template"], dict)  # expanded: plotly.js knows no template names
+        assert json.loads(go.Figure(spec).to_json()) == sent  # go.Figure raises on any invalid key
