@@ -1,86 +1,130 @@
-"""Streaming overhead of the app: tokens/s through the launched app (gradio_client) vs the engine directly.
+"""Streaming overhead of the app: tokens/s through the launched app (gradio_client) vs the engine.
 
-    python -m app.bench_app                      # default pair, 48 tokens, 3 runs each, interleaved
+    python -m app.bench_app                      # default pair, 48 tokens, 5 runs each, interleaved
     python -m app.bench_app --method ar --max-new-tokens 32 --runs 5
 
-Both paths use the same engine object, prompt and settings (greedy, so the same tokens); each side
-is timed wall-clock around the whole request (prefill included) after one untimed warm-up each.
-The target is app/engine >= 0.85.
+Each side runs in its own process, as in real use: the app is `python app.py` (its own server
+process, decoding in a worker thread), the engine is a warm `SpecEngine.generate` loop in a second
+process (what `python -m nanospec generate` runs, minus the model load). This script only sends
+requests and times them; it never touches torch, so neither side inherits the other's CPU threads.
+Both sides use the same prompt and settings (greedy, so the same tokens), one untimed warm-up each,
+and the runs alternate so load changes on the machine hit both alike. The app side is timed
+wall-clock around the whole request (queue, prefill, every streamed update, the final charts and
+downloads); the engine side around `generate` (prefill included). Target: app / engine >= 0.85.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import socket
 import statistics
-import threading
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 PROMPT = "Write a short story about a robot who learns to paint."
+ROOT = Path(__file__).resolve().parent.parent
+KNOBS = ("depth", "top_k", "total_tokens", "temperature", "top_p", "seed", "capacity")
+
+
+def engine_worker(method: str | None, device: str | None) -> None:
+    """Child process: load the pair once, then one JSON request per stdin line -> one JSON line out."""
+    from app.models import pair_loader
+
+    engine, info = pair_loader(device=device)(None)
+    method = method or ("nanospec" if engine.head is not None else "ar")
+    print(json.dumps({"ready": True, "method": method, "pair": f"{info.target} + {info.head or 'no head'}",
+                      "device": info.device}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        t0 = time.perf_counter()
+        result = engine.generate(req["prompt"], **req["options"])
+        wall = time.perf_counter() - t0
+        print(json.dumps({"tokens": result.summary.new_tokens, "wall_s": wall}), flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _connect(url: str, server: subprocess.Popen, timeout_s: float = 300.0):
+    from gradio_client import Client
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if server.poll() is not None:
+            raise RuntimeError(f"the app exited with code {server.returncode} before it served")
+        try:
+            return Client(url, verbose=False)
+        except Exception:  # noqa: BLE001 — not up yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", default=None, help="default: nanospec with a trained head, else ar")
     parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--device", default=None)
-    parser.add_argument("--random-head", action="store_true", help="use a random head if none is shipped")
     parser.add_argument("--prompt", default=PROMPT)
+    parser.add_argument("--engine-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-
-    from gradio_client import Client
+    if args.engine_worker:
+        return engine_worker(args.method, args.device)
 
     from app.inputs import DEFAULTS
-    from app.models import pair_loader
-    from app.ui import build_app
 
-    engine, info = pair_loader(device=args.device, random_head_if_missing=args.random_head)(None)
-    method = args.method or ("nanospec" if engine.head is not None else "ar")
-    opts = {**{k: DEFAULTS[k] for k in ("depth", "top_k", "total_tokens", "temperature", "top_p", "seed",
-                                        "capacity")}, "method": method, "max_new_tokens": args.max_new_tokens}
-    demo = build_app(lambda progress=None: (engine, info))
-    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, server_name="127.0.0.1", server_port=None)
-    client = Client(url, verbose=False)
-    ui_args = [args.prompt, method, opts["max_new_tokens"], opts["depth"], opts["top_k"], opts["total_tokens"],
-               opts["temperature"], opts["top_p"], opts["seed"], opts["capacity"]]
-
-    def direct() -> tuple[int, float]:
-        t0 = time.perf_counter()
-        result = engine.generate(args.prompt, **opts)
-        return result.summary.new_tokens, time.perf_counter() - t0
-
-    def direct_in_thread() -> tuple[int, float]:
-        """The app decodes in a worker thread; on some CPUs (OpenMP under load) that alone changes speed."""
-        box = []
-        worker = threading.Thread(target=lambda: box.append(direct()))
-        worker.start()
-        worker.join()
-        return box[0]
-
-    def through_app() -> float:
-        t0 = time.perf_counter()
-        client.predict(*ui_args, api_name="/run")
-        return time.perf_counter() - t0
-
+    worker = subprocess.Popen([sys.executable, "-m", "app.bench_app", "--engine-worker",
+                               *(["--method", args.method] if args.method else []),
+                               *(["--device", args.device] if args.device else [])],
+                              cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "app.py", "--host", "127.0.0.1", "--port", str(port),
+                               *(["--device", args.device] if args.device else [])],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        direct(), direct_in_thread(), through_app()  # warm-up: first-call costs (kernels, buffers, plotly)
-        main_tps, thread_tps, app_tps = [], [], []
-        for _ in range(args.runs):  # interleaved, so load changes on the machine hit all sides alike
-            n, wall = direct()
-            main_tps.append(n / wall)
-            n, wall = direct_in_thread()
-            thread_tps.append(n / wall)
-            app_tps.append(n / through_app())  # greedy: the app emits the same n tokens
+        hello = json.loads(worker.stdout.readline())
+        method = hello["method"]
+        opts = {**{k: DEFAULTS[k] for k in KNOBS}, "method": method, "max_new_tokens": args.max_new_tokens}
+        client = _connect(f"http://127.0.0.1:{port}/", server)
+        ui_args = [args.prompt, method, opts["max_new_tokens"], *(opts[k] for k in KNOBS)]
+
+        def engine_run() -> tuple[int, float]:
+            worker.stdin.write(json.dumps({"prompt": args.prompt, "options": opts}) + "\n")
+            worker.stdin.flush()
+            reply = json.loads(worker.stdout.readline())
+            return reply["tokens"], reply["wall_s"]
+
+        def app_run() -> float:
+            t0 = time.perf_counter()
+            client.predict(*ui_args, api_name="/run")  # the first call also loads the pair in the app
+            return time.perf_counter() - t0
+
+        engine_run(), app_run()  # warm-up: model load in the app, first-call costs on both sides
+        engine_tps, app_tps = [], []
+        for _ in range(args.runs):
+            n, wall = engine_run()
+            engine_tps.append(n / wall)
+            app_tps.append(n / app_run())  # greedy: the app emits the same n tokens
     finally:
-        demo.close()
-    m, t, a = (statistics.median(x) for x in (main_tps, thread_tps, app_tps))
-    e = max(m, t)  # the stricter baseline
-    print(f"pair: {info.target} + {info.head or 'no head'} on {info.device}; method {method}; "
-          f"{args.max_new_tokens} new tokens; {args.runs} runs each (median)")
-    for label, med, runs in (("engine, main thread  ", m, main_tps), ("engine, worker thread", t, thread_tps),
-                             ("through the app      ", a, app_tps)):
+        server.terminate()
+        worker.stdin.close()
+        worker.terminate()
+        server.wait(30)
+        worker.wait(30)
+    e, a = statistics.median(engine_tps), statistics.median(app_tps)
+    print(f"pair: {hello['pair']} on {hello['device']}; method {method}; {args.max_new_tokens} new tokens; "
+          f"{args.runs} runs each, alternating (median)")
+    for label, med, runs in (("engine (own process)   ", e, engine_tps), ("through the app (client)", a, app_tps)):
         print(f"{label}: {med:7.2f} tokens/s   runs: {', '.join(f'{x:.2f}' for x in runs)}")
-    print(f"ratio app / engine (faster of the two): {a / e:.3f}  (target >= 0.85)")
+    ratios = [x / y for x, y in zip(app_tps, engine_tps)]
+    print(f"ratio app / engine: {a / e:.3f} (median of pairs {statistics.median(ratios):.3f})  (target >= 0.85)")
 
 
 if __name__ == "__main__":

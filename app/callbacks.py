@@ -101,7 +101,7 @@ class StepPump:
 
 
 class Explorer:
-    def __init__(self, provider: EngineProvider, chart_interval_s: float = 0.5):
+    def __init__(self, provider: EngineProvider, chart_interval_s: float = 1.0):
         self.provider = provider
         self.chart_interval_s = chart_interval_s
         self._warm: set[tuple] = set()          # (method, options) already run once in this process
@@ -156,8 +156,8 @@ class Explorer:
                     continue
                 view.wall_s = time.perf_counter() - t0
                 # charts cost far more than text: redraw at most every chart_interval_s, and never
-                # spend more than ~1/8 of the time drawing (the page stays fluid on slow machines)
-                draw = first or time.perf_counter() - last_draw >= max(self.chart_interval_s, 8 * draw_cost)
+                # spend more than ~1/10 of the time drawing (the page stays fluid on slow machines)
+                draw = first or time.perf_counter() - last_draw >= max(self.chart_interval_s, 10 * draw_cost)
                 started = time.perf_counter()
                 out = self.live_outputs(view, charts_too=draw, pair=self.provider.describe() if first else None)
                 if draw:

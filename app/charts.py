@@ -58,8 +58,13 @@ def token_label(token_id: int, token_text: Mapping[int, str] | None) -> str:
 
 @functools.cache
 def _template() -> dict:
-    """The named template expanded (plotly.js knows no template names; `go.Figure` does this itself)."""
-    return pio.templates["plotly_white"].to_plotly_json()
+    """`plotly_white` expanded (plotly.js knows no template names), cut to the parts these charts use
+    (2-D axes, bar and scatter): ~2 KB instead of ~7 KB in every streamed figure."""
+    full = pio.templates["plotly_white"].to_plotly_json()
+    keep = ("autotypenumbers", "colorway", "font", "hovermode", "hoverlabel", "paper_bgcolor", "plot_bgcolor",
+            "xaxis", "yaxis", "shapedefaults", "annotationdefaults", "title")
+    return {"layout": {k: full["layout"][k] for k in keep if k in full["layout"]},
+            "data": {k: full["data"][k] for k in ("bar", "scatter") if k in full["data"]}}
 
 
 def _layout(title: str, **extra) -> dict:

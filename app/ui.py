@@ -25,7 +25,7 @@ METHOD_HELP = ("ar = plain autoregressive · full = EAGLE-2 tree over all V toke
                "(FR-Spec) · nanospec = in-context set · hybrid = in-context set ∪ frequent core")
 
 
-def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 0.5,
+def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 1.0,
               device_hint: str | None = None) -> gr.Blocks:
     """The whole app. `engine_loader(progress) -> (SpecEngine, PairInfo)`; default: the offline pair."""
     # -- callbacks -------------------------------------------------------------------------
@@ -127,7 +127,20 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
         demo.load(provider.describe, None, pair_md, api_visibility="undocumented", queue=False)
         register_deep_link(demo, lesson)  # ?chapter=N opens the Lesson tab; ?presenter=1 enlarges fonts
     demo.queue(default_concurrency_limit=1)
+    calm_queue_polling(demo)
     return demo
+
+
+def calm_queue_polling(demo: gr.Blocks, idle_poll_s: float = 0.05, progress_poll_s: float = 0.1) -> None:
+    """Slow Gradio's queue polling down: by default its event loop wakes every 1 ms to look for new
+    jobs and every 10 ms for progress. On a 2-core CPU those wake-ups cost ~1 s of CPU per 9 s run,
+    taken from the decoding thread (`python -m app.bench_app`, see the README). A queued run now
+    starts up to 50 ms later. Gradio has no public setting for this; if its queue changes, this
+    does nothing."""
+    queue = getattr(demo, "_queue", None)
+    for name, value in (("sleep_when_free", idle_poll_s), ("progress_update_sleep_when_free", progress_poll_s)):
+        if isinstance(getattr(queue, name, None), (int, float)):
+            setattr(queue, name, max(getattr(queue, name), value))
 
 
 def _slider(name: str, label: str, step: float = 1, **kw) -> gr.Slider:

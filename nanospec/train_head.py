@@ -77,8 +77,10 @@ def answer_samples(input_ids: torch.Tensor, attention_mask: torch.Tensor, output
 
 @torch.inference_mode()
 def generate_answers(model, tokenizer, conversations: list[list[dict]], batch_size: int, max_new_tokens: int,
-                     cache_dir: Path | None = None, progress: bool = True) -> list[Sample]:
-    """Greedy answers of the target, one cached file per batch (so an interrupted run resumes)."""
+                     cache_dir: Path | None = None, progress: bool = True, max_batches: int | None = None
+                     ) -> list[Sample]:
+    """Greedy answers of the target, one cached file per batch (so an interrupted run resumes).
+    `max_batches` keeps only the first batches of the (seeded) order: a time budget, not a new data set."""
     from tqdm import tqdm
 
     tokenizer.padding_side = "left"
@@ -88,7 +90,7 @@ def generate_answers(model, tokenizer, conversations: list[list[dict]], batch_si
     # (padding costs little here: decoding dominates, and pads only lengthen the prefill)
     order = list(range(len(texts)))
     random.Random(len(texts)).shuffle(order)
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)][:max_batches]
     samples: list[Sample] = []
     for k, batch in enumerate(tqdm(batches, desc="answers (target generate)", disable=not progress)):
         path = cache_dir / f"answers-{k:04d}.pt" if cache_dir is not None else None
@@ -346,6 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instructions", type=int, default=349, help="generated instructions (+ the train prompts)")
     p.add_argument("--max-new-tokens", type=int, default=96, help="answer length cap")
     p.add_argument("--gen-batch", type=int, default=192, help="generate batch size")
+    p.add_argument("--answer-batches", type=int, default=None,
+                   help="generate/use only the first N answer batches (a time budget; the order is seeded)")
     p.add_argument("--text-tokens", type=int, default=10240, help="Python stdlib tokens (0 = none)")
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -411,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     times = {}
 
     t0 = time.perf_counter()
-    answers = generate_answers(target, tokenizer, convs, args.gen_batch, args.max_new_tokens, cache, show)
+    answers = generate_answers(target, tokenizer, convs, args.gen_batch, args.max_new_tokens, cache, show,
+                               args.answer_batches)
     times["answers_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -448,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     evals = evaluate_tau(out, settings, args.eval_tokens, args.eval_limit, show) if settings else []
     times["eval_s"] = time.perf_counter() - t0
-    summary = {"instructions": len(convs), "answers": len(answers), "trained_positions": answer_tokens,
+    summary = {"instructions": len(convs), "answer_batches": args.answer_batches, "answers": len(answers), "trained_positions": answer_tokens,
                "text_tokens": sum(len(s.ids) for s in text), "steps": stats["steps"], "history": stats["history"],
                "times": {k: round(v, 1) for k, v in times.items()}, "head_bytes": size,
                "eval": [{k: v for k, v in e.items() if k != "taus"} for e in evals], "argv": argv}
