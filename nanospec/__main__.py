@@ -1,4 +1,4 @@
-"""Command line: `python -m nanospec {generate,compare,random-pair,train-head,freq-table,record-lesson}`."""
+"""Command line: `python -m nanospec {generate,compare,sweep,random-pair,train-head,freq-table,record-lesson}`."""
 
 from __future__ import annotations
 
@@ -117,6 +117,25 @@ def cmd_compare(a) -> int:
     return 0
 
 
+def cmd_sweep(a) -> int:
+    from .bench import format_table, sweep
+    from .train_head import parse_settings
+    engine, info = _load(a)
+    trees = parse_settings(a.trees)
+    prompts = _read_prompts(a.prompts, a.split)[: a.limit or None]
+
+    def progress(i, n):
+        print(f"\r  prompt {i}/{n}", end="", file=sys.stderr, flush=True)
+    table = sweep(engine, prompts, a.method, trees, _decode_options(a), progress=progress, repeat=a.repeat)
+    print(file=sys.stderr)
+    print(f"target {info.target} | head {info.head} | device {info.device} {info.dtype} | {len(prompts)} prompts "
+          f"x {a.repeat} | max_new_tokens {a.max_new_tokens} | {a.method} at depth x top_k x total_tokens")
+    print(format_table(table))
+    if a.json:
+        Path(a.json).write_text(json.dumps(table, indent=2))
+    return 1 if a.temperature == 0 and any(r["identical_to_ar"] is False for r in table) else 0
+
+
 def cmd_random_pair(a) -> int:
     from .random_pair import write_random_pair
     target, head = write_random_pair(a.out, a.vocab, a.hidden, a.layers, config_like=a.config_like, seed=a.seed)
@@ -150,6 +169,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--repeat", type=int, default=1)
     c.add_argument("--json", default=None, help="write the table as JSON")
     c.set_defaults(func=cmd_compare)
+
+    w = sub.add_parser("sweep", help="one method at several tree sizes against ar (tune the tree for a machine)")
+    _add_model_args(w)
+    _add_decode_args(w)
+    w.add_argument("--trees", default="3x4x12,4x6x24,5x8x32", help="depth x top_k x total_tokens, comma-separated")
+    w.add_argument("--method", default="nanospec", choices=[m for m in METHODS if m != "ar"])
+    w.add_argument("--prompts", default=None, help="JSONL prompts (default: the project's prompt set)")
+    w.add_argument("--split", default="heldout", choices=["train", "heldout"], help="prompt split")
+    w.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    w.add_argument("--repeat", type=int, default=1)
+    w.add_argument("--json", default=None, help="write the table as JSON")
+    w.set_defaults(func=cmd_sweep)
 
     r = sub.add_parser("random-pair", help="write a random-weight target folder and a matching head folder")
     r.add_argument("out")

@@ -8,6 +8,7 @@ prompts; τ, mean active size and coverage pool every step.
 
 from __future__ import annotations
 
+import dataclasses
 import resource
 import statistics
 import time
@@ -42,20 +43,36 @@ def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict
     """Run `methods` (ar first, added if missing) on every prompt; return one dict per method."""
     methods = ["ar"] + [m for m in methods if m != "ar"]
     configs = {m: GenerationConfig.build(m, **options) for m in methods}
+    return _interleaved(engine, prompts, configs, prompt_lookup, progress, repeat)
+
+
+def sweep(engine: SpecEngine, prompts: list, method: str, trees: list[tuple[int, int, int]], options: dict,
+          progress=None, repeat: int = 1) -> list[dict]:
+    """`method` at several tree sizes (depth, top_k, total_tokens) against ar, same run, interleaved."""
+    configs = {"ar": GenerationConfig.build("ar", **options)}
+    for depth, top_k, total in trees:
+        configs[f"{method} {depth}x{top_k}x{total}"] = GenerationConfig.build(
+            method, **{**options, "depth": depth, "top_k": top_k, "total_tokens": total})
+    return _interleaved(engine, prompts, configs, 0, progress, repeat)
+
+
+def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, GenerationConfig], prompt_lookup: int,
+                 progress, repeat: int) -> list[dict]:
+    """Every config on every prompt, interleaved per prompt after one warm-up each; "ar" is the reference."""
     for cfg in configs.values():
         cfg.validate()
     ids = [engine._prompt_ids(p) for p in prompts]
-    rows = {m: MethodRows(m, [], [], [], []) for m in methods}
+    rows = {name: MethodRows(name, [], [], [], []) for name in configs}
     if prompt_lookup:
         rows["prompt_lookup"] = MethodRows("prompt_lookup", [], [], [], [])
-    for m in methods:  # warm-up (allocators, kernels), excluded
-        engine.generate(ids[0], configs[m].__class__.build(m, **{**options, "max_new_tokens": 4}))
+    for cfg in configs.values():  # warm-up (allocators, kernels), excluded
+        engine.generate(ids[0], dataclasses.replace(cfg, max_new_tokens=4))
     total = len(ids) * repeat
     done = 0
     for _ in range(repeat):
         for p in ids:
-            for m in methods:
-                _record(rows[m], engine.generate(p, configs[m]))
+            for name, cfg in configs.items():
+                _record(rows[name], engine.generate(p, cfg))
             if prompt_lookup:
                 _record_lookup(rows["prompt_lookup"], engine, p, configs["ar"], prompt_lookup)
             done += 1
@@ -136,14 +153,14 @@ def peak_memory_mb() -> float:
 
 
 def format_table(table: list[dict]) -> str:
-    head = f"{'method':<14}{'tok/s':>8}{'speedup':>9}{'tau':>7}{'draft ms':>10}{'lm_head ms':>11}" \
+    head = f"{'method':<18}{'tok/s':>8}{'speedup':>9}{'tau':>7}{'draft ms':>10}{'lm_head ms':>11}" \
            f"{'active':>9}{'% of V':>8}{'coverage':>10}{'identical':>11}"
     lines = [head, "-" * len(head)]
     for row in table:
         fmt = lambda v, spec: "-" if v is None or v != v else format(v, spec)  # noqa: E731
         ident = {True: "yes", False: "NO", None: "-"}[row["identical_to_ar"]]
         lines.append(
-            f"{row['method']:<14}{fmt(row['tokens_per_s'], '8.2f')}{fmt(row['speedup'], '8.2f')}x"
+            f"{row['method']:<18}{fmt(row['tokens_per_s'], '8.2f')}{fmt(row['speedup'], '8.2f')}x"
             f"{fmt(row['tau'], '7.2f')}{fmt(row['draft_ms_per_step'], '10.2f')}"
             f"{fmt(row['lm_head_ms_per_step'], '11.2f')}{fmt(row['mean_active'], '9.0f')}"
             f"{fmt(None if row['active_frac'] is None else 100 * row['active_frac'], '7.2f')}%"

@@ -335,9 +335,9 @@ def parse_settings(text: str) -> list[tuple[int, int, int]]:
     try:
         out = [tuple(int(v) for v in part.split("x")) for part in text.split(",") if part.strip()]
     except ValueError as err:
-        raise ValueError(f"--eval settings must look like 5x8x32,4x6x24 (depth x top_k x total_tokens): {text!r}") from err
+        raise ValueError(f"tree settings must look like 5x8x32,4x6x24 (depth x top_k x total_tokens): {text!r}") from err
     if not out or any(len(s) != 3 for s in out):
-        raise ValueError(f"--eval settings must look like 5x8x32,4x6x24 (depth x top_k x total_tokens): {text!r}")
+        raise ValueError(f"tree settings must look like 5x8x32,4x6x24 (depth x top_k x total_tokens): {text!r}")
     return out
 
 
