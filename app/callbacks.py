@@ -159,7 +159,8 @@ class Explorer:
                 # spend more than ~1/10 of the time drawing (the page stays fluid on slow machines)
                 draw = first or time.perf_counter() - last_draw >= max(self.chart_interval_s, 10 * draw_cost)
                 started = time.perf_counter()
-                out = self.live_outputs(view, charts_too=draw, pair=self.provider.describe() if first else None)
+                out = self.live_outputs(view, charts_too=draw, slider_too=False,
+                                        pair=self.provider.describe() if first else None)
                 if draw:
                     last_draw, draw_cost = time.perf_counter(), time.perf_counter() - started
                 first = False
@@ -175,8 +176,12 @@ class Explorer:
         yield self.live_outputs(view, charts_too=True, downloads=True, pair=self.provider.describe())
 
     def live_outputs(self, view: RunView, charts_too: bool, step: int | None = None, downloads: bool = False,
-                     pair: str | None = None) -> tuple:
-        """Values for LIVE_OUTPUTS; charts and slider only when `charts_too` (text and KPIs every step)."""
+                     pair: str | None = None, slider_too: bool = True) -> tuple:
+        """Values for LIVE_OUTPUTS; charts only when `charts_too` (text and KPIs every step).
+
+        The step slider moves with the charts, except while a run streams (`slider_too=False`): the tree
+        then follows the latest step anyway, and every `gr.update` of a component makes Gradio rebuild
+        that component's config on the server, which costs more than a chart redraw."""
         # text and KPIs every step, from plain lists (cheap); the pandas frame only for chart redraws
         answer = charts.answer_spans(None, view.pieces, view.origins)
         method = view.events[0].method if view.events else "ar"
@@ -190,7 +195,8 @@ class Explorer:
             figs = tuple(plot_data(spec) for spec in (
                 charts.vocab_spec(frame), charts.coverage_spec(frame), charts.tree_spec(frame, shown, view.token_text),
                 charts.phase_spec(frame)))
-            slider = gr.update(maximum=max(1, view.last_step), value=shown)
+            if slider_too:
+                slider = gr.update(maximum=max(1, view.last_step), value=shown)
         files = (skip, skip)
         if downloads and view.events:
             csv_path, json_path = save_downloads(view)

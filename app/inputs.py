@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+from nanospec.config import TreeConfig, VocabConfig
 from nanospec.prompts import CATEGORIES, load_prompts
 
 METHODS = ("ar", "full", "static", "nanospec", "hybrid")
@@ -14,8 +15,10 @@ LIMITS = {
     "max_new_tokens": (1, 512), "depth": (1, 12), "top_k": (1, 16), "total_tokens": (2, 128),
     "temperature": (0.0, 2.0), "top_p": (0.05, 1.0), "capacity": (64, 16384),
 }
-DEFAULTS = {"method": "nanospec", "max_new_tokens": 64, "depth": 4, "top_k": 6, "total_tokens": 24,
-            "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": 3072}
+_TREE, _VOCAB = TreeConfig(), VocabConfig()
+DEFAULTS = {"method": "nanospec", "max_new_tokens": 64, "depth": _TREE.depth, "top_k": _TREE.top_k,
+            "total_tokens": _TREE.total_tokens, "temperature": 0.0, "top_p": 1.0, "seed": 0,
+            "capacity": _VOCAB.capacity}
 INT_OPTIONS = ("max_new_tokens", "depth", "top_k", "total_tokens", "capacity", "seed")
 
 _ROLE_LINE = re.compile(r"^(system|user|assistant):[ \t]?", re.IGNORECASE)

@@ -21,6 +21,8 @@ from plotly.subplots import make_subplots
 
 from nanospec.events import RunSummary, StepEvent, events_to_frame
 
+from .inputs import DEFAULTS
+
 from .charts import (ACCEPTED, BONUS, ORIGIN_COLORS, PHASE_COLORS, VOCAB_MISS, compare_figure, coverage_figure,
                      token_label, token_origins, tree_figure, vocab_figure)
 
@@ -481,7 +483,7 @@ class Chapter:
     live: dict   # settings for "Try it live" (names match the app's controls)
 
 
-_TREE = {"depth": 4, "top_k": 6, "total_tokens": 24}
+_TREE = {k: DEFAULTS[k] for k in ("depth", "top_k", "total_tokens")}  # the engine's default tree
 CHAPTERS = (
     Chapter(1, "Autoregressive decoding", "ar",
             "A language model writes **one token at a time**. For each token the big **target** model runs one "
@@ -498,7 +500,8 @@ CHAPTERS = (
             {"method": "full", "depth": 5, "top_k": 1, "total_tokens": 6}),
     Chapter(3, "Draft trees", "full",
             "A chain is lost at its first wrong guess. A **draft tree** keeps several candidates at every level "
-            "(here the best 6 per level, 4 levels, 23 drafted tokens) and the target verifies the **whole tree in "
+            f"(here the best {_TREE['top_k']} per level, {_TREE['depth']} levels, {_TREE['total_tokens'] - 1} drafted "
+            "tokens) and the target verifies the **whole tree in "
             "one forward**: an attention mask lets each node see only its own ancestors. The longest branch the "
             "target agrees with is accepted (green path), so more tokens survive per forward.",
             {"method": "full", **_TREE}),

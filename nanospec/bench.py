@@ -157,7 +157,8 @@ def format_table(table: list[dict]) -> str:
            f"{'active':>9}{'% of V':>8}{'coverage':>10}{'identical':>11}"
     lines = [head, "-" * len(head)]
     for row in table:
-        fmt = lambda v, spec: "-" if v is None or v != v else format(v, spec)  # noqa: E731
+        def fmt(v, spec):  # a missing value keeps the column's width
+            return format(v, spec) if v is not None and v == v else "-".rjust(int(spec.split(".")[0] or 0))
         ident = {True: "yes", False: "NO", None: "-"}[row["identical_to_ar"]]
         lines.append(
             f"{row['method']:<18}{fmt(row['tokens_per_s'], '8.2f')}{fmt(row['speedup'], '8.2f')}x"

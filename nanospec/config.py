@@ -12,9 +12,9 @@ VOCAB_POLICIES = ("full", "static", "nanospec", "hybrid")
 class TreeConfig:
     """EAGLE-2 dynamic tree: `depth` draft levels, `top_k` frontier width, `total_tokens` nodes incl. root."""
 
-    depth: int = 4
-    top_k: int = 6
-    total_tokens: int = 24
+    depth: int = 3
+    top_k: int = 4
+    total_tokens: int = 12
 
     def validate(self) -> None:
         _check_int("depth", self.depth, 1, 32)

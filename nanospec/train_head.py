@@ -304,7 +304,11 @@ def train(head: EagleHead, target, samples: list[Sample], val: list[Sample], fre
 
 def evaluate_tau(head_dir: Path, settings: list[tuple[int, int, int]], max_new_tokens: int = 128,
                  limit: int | None = None, progress: bool = True) -> list[dict]:
-    """Mean held-out τ of `method="full"` per (depth, top_k, total_tokens), and how many outputs equal `ar`."""
+    """Mean held-out τ of `method="full"` per (depth, top_k, total_tokens), and how many outputs equal `ar`.
+
+    Each result also carries `answer_top1`: the head's teacher-forced top-1 agreement with the target on
+    the target's own answers to the held-out prompts (the validation number of `train`, but on prompts
+    written by hand rather than by the instruction generator)."""
     from tqdm import tqdm
 
     from .pair import load_pair
@@ -313,18 +317,27 @@ def evaluate_tau(head_dir: Path, settings: list[tuple[int, int, int]], max_new_t
     engine, _ = load_pair(head=head_dir)
     items = load_prompts(split="heldout")[:limit]
     results = [{"depth": d, "top_k": k, "total_tokens": n, "taus": [], "equal_ar": 0} for d, k, n in settings]
+    answers: list[Sample] = []
     for item in tqdm(items, desc="held-out τ", disable=not progress):
         messages = prompt_messages(item)
         ar = engine.generate(messages, method="ar", max_new_tokens=max_new_tokens)
+        prompt_ids = engine._prompt_ids(messages)
+        seq = torch.tensor(list(prompt_ids) + list(ar.token_ids), device=engine.device)
+        tf = teacher_forced_samples(engine.model, [seq], progress=False)[0]
+        answers.append(Sample(tf.ids.cpu(), tf.feats.cpu(), start=max(len(prompt_ids) - 2, 0)))
         for res in results:
             run = engine.generate(messages, method="full", max_new_tokens=max_new_tokens, depth=res["depth"],
                                   top_k=res["top_k"], total_tokens=res["total_tokens"])
             res["taus"].append(run.summary.tau)
             res["equal_ar"] += int(run.token_ids == ar.token_ids)
+    model = engine.model
+    top1 = full_vocab_accuracy(engine.head.float(), model.get_input_embeddings().cpu().float(),
+                               model.get_output_embeddings().weight.detach().cpu(), answers, max_positions=10**9)
     for res in results:
         res["tau"] = sum(res["taus"]) / max(len(res["taus"]), 1)
         res["prompts"] = len(res["taus"])
-    return results
+        res["answer_top1"] = top1
+    return results or [{"answer_top1": top1, "prompts": len(items)}]
 
 
 # ---- CLI ----------------------------------------------------------------------------------------
@@ -345,13 +358,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nanospec train-head", description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None, help="target (default: the offline SmolLM2-135M-Instruct)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="head folder to write (EAGLE layout)")
-    p.add_argument("--instructions", type=int, default=349, help="generated instructions (+ the train prompts)")
-    p.add_argument("--max-new-tokens", type=int, default=96, help="answer length cap")
-    p.add_argument("--gen-batch", type=int, default=192, help="generate batch size")
+    p.add_argument("--instructions", type=int, default=2400, help="generated instructions (+ the train prompts)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="answer length cap")
+    p.add_argument("--gen-batch", type=int, default=96, help="generate batch size")
     p.add_argument("--answer-batches", type=int, default=None,
                    help="generate/use only the first N answer batches (a time budget; the order is seeded)")
     p.add_argument("--text-tokens", type=int, default=10240, help="Python stdlib tokens (0 = none)")
-    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per training step")
     p.add_argument("--prompt-loss", type=int, default=1,
@@ -361,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frequent", type=int, default=2048, help="frequent ids always in the sampled vocabulary")
     p.add_argument("--eval", default="5x8x32", help="held-out τ settings, depth x top_k x total_tokens; '' = skip")
     p.add_argument("--eval-tokens", type=int, default=128)
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared 2-core box)")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (use 1 if other jobs share a 2-core box)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-only", action="store_true", help="skip data and training; evaluate the head in --out")
     p.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N held-out prompts only")
@@ -399,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     show = not args.no_progress
     if args.eval_only:
-        evals = evaluate_tau(Path(args.out), settings, args.eval_tokens, args.eval_limit, show)
+        evals = evaluate_tau(Path(args.out), settings, args.eval_tokens, args.eval_limit, show)  # '' = top-1 only
         print(json.dumps([{k: v for k, v in e.items()} for e in evals], indent=2))
         return 0
     from .instructions import make_instructions

@@ -46,17 +46,8 @@ def _heldout_taus(engine) -> list[float]:
     return [engine.generate(prompt_messages(i), method="nanospec", max_new_tokens=64).summary.tau for i in items]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 3 is open: the shipped head (trained on ~45k tokens) reaches "
-                                        "mean tau ~1.37 on these prompts, below the required 1.5; strict, so "
-                                        "this marker must go once a better head passes")
 def test_shipped_head_reaches_issue_target(default_engine):
+    """Issue 3: the shipped head reaches tau > 1.5 on 3 held-out prompts (nanospec, default tree)."""
     engine, _ = default_engine
     taus = _heldout_taus(engine)
     assert sum(taus) / len(taus) > 1.5, taus
-
-
-def test_shipped_head_accepts_drafts(default_engine):
-    """What the shipped head does deliver: drafts are accepted well beyond chance (tau 1 = none)."""
-    engine, _ = default_engine
-    taus = _heldout_taus(engine)
-    assert sum(taus) / len(taus) > 1.2, taus
