@@ -7,6 +7,7 @@ and hands every later caller the same `(SpecEngine, PairInfo)`.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 import zlib
 from collections.abc import Callable
 
@@ -44,9 +45,18 @@ class EngineProvider:
             return (f"**Model:** not loaded yet — it loads on the first run (shown with progress) · "
                     f"**device:** {self.device_hint}")
         engine, info = self._pair
-        head = info.head or "none (only `ar` runs)"
+        head = _short_path(info.head) if info.head else "none (only `ar` runs)"
         return (f"**Target:** {info.target} · **draft head:** {head} · **device:** {info.device} · "
                 f"**dtype:** {info.dtype} · **V** = {info.vocab_size:,} · hidden {info.hidden_size}")
+
+
+def _short_path(name: str) -> str:
+    """A head folder as the page shows it: relative to the project when inside it (no machine paths)."""
+    path = Path(name)
+    if not path.is_absolute():
+        return name
+    root = Path(__file__).resolve().parent.parent
+    return str(path.relative_to(root)) if path.is_relative_to(root) else path.name
 
 
 def pair_loader(model: str | None = None, head: str | None = None, device: str | None = None,

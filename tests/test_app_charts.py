@@ -240,3 +240,14 @@ def test_streamed_payload_is_the_validated_figure(frame):
         sent = json.loads(payload.plot)
         assert isinstance(sent["layout"]["template"], dict)  # expanded: plotly.js knows no template names
         assert json.loads(go.Figure(spec).to_json()) == sent  # go.Figure raises on any invalid key
+
+
+def test_page_shows_head_paths_without_machine_folders(tmp_path):
+    from pathlib import Path
+
+    from app.models import _short_path
+
+    root = Path(__file__).resolve().parent.parent
+    assert _short_path(str(root / "assets" / "heads" / "h")) == str(Path("assets") / "heads" / "h")
+    assert _short_path(str(tmp_path / "my-head")) == "my-head"
+    assert _short_path("yuhuili/EAGLE-LLaMA3.2-Instruct-1B") == "yuhuili/EAGLE-LLaMA3.2-Instruct-1B"
