@@ -519,7 +519,8 @@ CHAPTERS = (
             "NanoSpec lets the drafter score only an **active set** of tokens. At prefill (**Ctx**) it adds every "
             "prompt token plus the target's top-3 guesses at every prompt position. After each verification "
             "(**Ext**) it adds every token of the draft tree plus the target's top-3 at every tree node. The set "
-            "only grows during a request (up to a capacity of 3,072, oldest out first) and starts fresh for the "
+            f"only grows during a request (up to a capacity of {DEFAULTS['capacity']:,}, oldest out first) and starts "
+            "fresh for the "
             "next request.",
             {"method": "nanospec", **_TREE}),
     Chapter(7, "Coverage misses", "nanospec",

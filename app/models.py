@@ -7,9 +7,9 @@ and hands every later caller the same `(SpecEngine, PairInfo)`.
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 

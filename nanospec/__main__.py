@@ -95,13 +95,8 @@ def cmd_compare(a) -> int:
     prompts = _read_prompts(a.prompts, a.split)
     if a.limit:
         prompts = prompts[: a.limit]
-    done = [0]
-
-    def progress(i, n):
-        done[0] = i
-        print(f"\r  prompt {i}/{n}", end="", file=sys.stderr, flush=True)
     table = compare(engine, prompts, methods, _decode_options(a), prompt_lookup=a.prompt_lookup,
-                    progress=progress, repeat=a.repeat)
+                    progress=_prompt_progress, repeat=a.repeat)
     print(file=sys.stderr)
     print(f"target {info.target} (V={info.vocab_size}, H={info.hidden_size}) | head {info.head} | "
           f"device {info.device} {info.dtype} | {len(prompts)} prompts x {a.repeat} | "
@@ -109,6 +104,15 @@ def cmd_compare(a) -> int:
           f"temperature {a.temperature}")
     print(format_table(table))
     print(f"peak memory (RSS): {peak_memory_mb():.0f} MB")
+    return _save_and_check(table, a)
+
+
+def _prompt_progress(i: int, n: int) -> None:
+    print(f"\r  prompt {i}/{n}", end="", file=sys.stderr, flush=True)
+
+
+def _save_and_check(table: list[dict], a) -> int:
+    """Write `--json`; exit code 1 if a speculative method's greedy output differs from ar."""
     if a.json:
         Path(a.json).write_text(json.dumps(table, indent=2))
     if a.temperature == 0 and any(r["identical_to_ar"] is False for r in table if r["method"] != "prompt_lookup"):
@@ -123,17 +127,12 @@ def cmd_sweep(a) -> int:
     engine, info = _load(a)
     trees = parse_settings(a.trees)
     prompts = _read_prompts(a.prompts, a.split)[: a.limit or None]
-
-    def progress(i, n):
-        print(f"\r  prompt {i}/{n}", end="", file=sys.stderr, flush=True)
-    table = sweep(engine, prompts, a.method, trees, _decode_options(a), progress=progress, repeat=a.repeat)
+    table = sweep(engine, prompts, a.method, trees, _decode_options(a), progress=_prompt_progress, repeat=a.repeat)
     print(file=sys.stderr)
     print(f"target {info.target} | head {info.head} | device {info.device} {info.dtype} | {len(prompts)} prompts "
           f"x {a.repeat} | max_new_tokens {a.max_new_tokens} | {a.method} at depth x top_k x total_tokens")
     print(format_table(table))
-    if a.json:
-        Path(a.json).write_text(json.dumps(table, indent=2))
-    return 1 if a.temperature == 0 and any(r["identical_to_ar"] is False for r in table) else 0
+    return _save_and_check(table, a)
 
 
 def cmd_random_pair(a) -> int:

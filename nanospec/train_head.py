@@ -233,22 +233,28 @@ def sampled_vocab(ids: torch.Tensor, frequent: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
+@torch.no_grad()
 def full_vocab_accuracy(head: EagleHead, embed, lm_weight, samples: list[Sample], max_positions: int = 2000) -> float:
-    """Top-1 agreement of head and target over the full vocabulary on validation samples."""
+    """Top-1 agreement of head and target over the full vocabulary on validation samples.
+
+    Runs where the head lives (samples are moved there) and leaves the head in the mode it found it in,
+    so it serves both the training loop and a loaded engine's head."""
+    was_training = head.training
     head.eval()
+    dev, dtype = head.fc.weight.device, head.fc.weight.dtype
+    w = lm_weight.to(dev).float()
     hits = total = 0
     for s in samples:
-        ids, feats, mask = collate([s])
+        ids, feats, mask = (x.to(dev) for x in collate([s]))
         t = feats.shape[1]
-        pred = head(embed(ids[:, 1:]).float(), feats, torch.arange(t)[None], None,
-                    torch.ones(t, t, dtype=torch.bool).tril()[None, None])
-        p, target = pred[:, :-1][mask], feats[:, 1:][mask]
-        w = lm_weight.float()
+        pred = head(embed(ids[:, 1:]).to(dtype), feats.to(dtype), torch.arange(t, device=dev)[None], None,
+                    torch.ones(t, t, dtype=torch.bool, device=dev).tril()[None, None])
+        p, target = pred[:, :-1][mask].float(), feats[:, 1:][mask].float()
         hits += int(((p @ w.T).argmax(-1) == (target @ w.T).argmax(-1)).sum())
         total += p.shape[0]
         if total >= max_positions:
             break
-    head.train()
+    head.train(was_training)
     return hits / max(total, 1)
 
 
@@ -324,15 +330,14 @@ def evaluate_tau(head_dir: Path, settings: list[tuple[int, int, int]], max_new_t
         prompt_ids = engine._prompt_ids(messages)
         seq = torch.tensor(list(prompt_ids) + list(ar.token_ids), device=engine.device)
         tf = teacher_forced_samples(engine.model, [seq], progress=False)[0]
-        answers.append(Sample(tf.ids.cpu(), tf.feats.cpu(), start=max(len(prompt_ids) - 2, 0)))
+        answers.append(Sample(tf.ids, tf.feats, start=max(len(prompt_ids) - 2, 0)))
         for res in results:
             run = engine.generate(messages, method="full", max_new_tokens=max_new_tokens, depth=res["depth"],
                                   top_k=res["top_k"], total_tokens=res["total_tokens"])
             res["taus"].append(run.summary.tau)
             res["equal_ar"] += int(run.token_ids == ar.token_ids)
-    model = engine.model
-    top1 = full_vocab_accuracy(engine.head.float(), model.get_input_embeddings().cpu().float(),
-                               model.get_output_embeddings().weight.detach().cpu(), answers, max_positions=10**9)
+    top1 = full_vocab_accuracy(engine.head, engine.model.get_input_embeddings(),
+                               engine.model.get_output_embeddings().weight, answers, max_positions=10**9)
     for res in results:
         res["tau"] = sum(res["taus"]) / max(len(res["taus"]), 1)
         res["prompts"] = len(res["taus"])
