@@ -43,12 +43,14 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity", type=int, default=v.capacity)
     p.add_argument("--static-size", type=int, default=v.static_size)
     p.add_argument("--core-size", type=int, default=v.core_size)
+    p.add_argument("--ctx-topk", type=int, default=v.ctx_topk,
+                   help="nanospec/hybrid: the target's top-k added per prompt position (Ctx) and per tree node (Ext)")
 
 
 def _decode_options(a) -> dict:
     return dict(max_new_tokens=a.max_new_tokens, depth=a.depth, top_k=a.top_k, total_tokens=a.total_tokens,
                 temperature=a.temperature, top_p=a.top_p, seed=a.seed, capacity=a.capacity,
-                static_size=a.static_size, core_size=a.core_size)
+                static_size=a.static_size, core_size=a.core_size, ctx_topk=a.ctx_topk)
 
 
 def _load(a):

@@ -179,15 +179,21 @@ def make_instructions(n: int, seed: int = 0, exclude: list[Messages] | None = No
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rng = random.Random(seed)
+    families = list(FAMILIES.values())
+    return distinct_conversations(n, lambda attempt: families[attempt % len(families)](rng), exclude, "instructions")
+
+
+def distinct_conversations(n: int, make, exclude: list[Messages] | None, what: str) -> list[Messages]:
+    """Call `make(attempt)` (attempt = 1, 2, ...) until `n` distinct conversations are collected, skipping
+    repeats and any conversation, or last user turn, found in `exclude` (the held-out prompts)."""
     banned = {_key(m) for m in exclude or []}
     banned_texts = {m[-1]["content"].strip() for m in exclude or []}
-    out, seen, families = [], set(), list(FAMILIES.values())
-    attempts = 0
+    out, seen, attempts = [], set(), 0
     while len(out) < n:
         attempts += 1
         if attempts > 50 * n + 1000:
-            raise ValueError(f"could not make {n} distinct instructions from the templates")
-        messages = families[attempts % len(families)](rng)
+            raise ValueError(f"could not make {n} distinct {what} from the templates")
+        messages = make(attempts)
         key = _key(messages)
         if key in seen or key in banned or messages[-1]["content"].strip() in banned_texts:
             continue

@@ -3,7 +3,8 @@
 Pipeline (each phase a function; the data phases cache under ``$NANOSPEC_CACHE/train_head``):
 
 1. ``generate_answers`` - the target's own greedy answers to the project's instructions
-   (:mod:`nanospec.instructions`, never the held-out prompts), batched with left padding and
+   (templated tasks from :mod:`nanospec.instructions` and open-ended prompts from
+   :mod:`nanospec.open_instructions`; never the held-out prompts), batched with left padding and
    the chat template. A hook on the final norm records the target's features f[t] during
    generation, so no second pass is needed.
 2. ``text_samples`` - a little Python stdlib source, features from one teacher-forced pass.
@@ -364,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="target (default: the offline SmolLM2-135M-Instruct)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="head folder to write (EAGLE layout)")
     p.add_argument("--instructions", type=int, default=2400, help="generated instructions (+ the train prompts)")
+    p.add_argument("--open-instructions", type=int, default=1920,
+                   help="open-ended instructions (nanospec/open_instructions.py): free-form answers")
     p.add_argument("--max-new-tokens", type=int, default=128, help="answer length cap")
     p.add_argument("--gen-batch", type=int, default=96, help="generate batch size")
     p.add_argument("--answer-batches", type=int, default=None,
@@ -387,11 +390,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _cache_dir(args, target_name: str) -> Path:
+def _cache_dir(args, target_name: str, part: str = "") -> Path:
+    """Data cache folder; `part="open"` is the open-instruction answers' own folder (so either set can change alone)."""
     from .default_model import cache_root
 
-    key = json.dumps([CACHE_VERSION, target_name, args.instructions, args.max_new_tokens, args.gen_batch,
-                      args.text_tokens, args.seed])
+    if part == "open":
+        key = json.dumps([CACHE_VERSION, target_name, "open", args.open_instructions, args.max_new_tokens,
+                          args.gen_batch, args.seed])
+    else:
+        key = json.dumps([CACHE_VERSION, target_name, args.instructions, args.max_new_tokens, args.gen_batch,
+                          args.text_tokens, args.seed])
     folder = cache_root() / "train_head" / hashlib.sha1(key.encode()).hexdigest()[:12]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "key.json").write_text(key)
@@ -411,8 +419,8 @@ def _frequent_ids(n: int, vocab: int) -> torch.Tensor:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.instructions < 0 or args.epochs < 1 or args.max_new_tokens < 2:
-        raise ValueError("--instructions must be >= 0, --epochs >= 1 and --max-new-tokens >= 2")
+    if args.instructions < 0 or args.open_instructions < 0 or args.epochs < 1 or args.max_new_tokens < 2:
+        raise ValueError("--instructions and --open-instructions must be >= 0, --epochs >= 1 and --max-new-tokens >= 2")
     settings = parse_settings(args.eval) if args.eval else []
     torch.set_num_threads(args.threads)
     show = not args.no_progress
@@ -422,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from .instructions import make_instructions
     from .loading import load_target
+    from .open_instructions import make_open_instructions
     from .prompts import load_prompts, prompt_messages
 
     loaded = load_target(args.model, device="cpu", dtype="float32")
@@ -430,12 +439,19 @@ def main(argv: list[str] | None = None) -> int:
     heldout = [prompt_messages(p) for p in load_prompts(split="heldout")]
     convs = [prompt_messages(p) for p in load_prompts(split="train")]
     convs += make_instructions(args.instructions, seed=args.seed, exclude=heldout + convs)
+    opens = make_open_instructions(args.open_instructions, seed=args.seed, exclude=heldout + convs)
     times = {}
 
     t0 = time.perf_counter()
     answers = generate_answers(target, tokenizer, convs, args.gen_batch, args.max_new_tokens, cache, show,
                                args.answer_batches)
     times["answers_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if opens:
+        answers += generate_answers(target, tokenizer, opens, args.gen_batch, args.max_new_tokens,
+                                    _cache_dir(args, loaded.name, "open"), show)
+    times["open_answers_s"] = time.perf_counter() - t0
+    convs += opens
 
     t0 = time.perf_counter()
     text: list[Sample] = []

@@ -9,6 +9,7 @@ import torch
 
 from nanospec.head import load_head, save_head
 from nanospec.instructions import make_instructions
+from nanospec.open_instructions import make_open_instructions
 from nanospec.prompts import load_prompts, prompt_messages
 from nanospec.random_pair import random_target, random_target_config
 from nanospec.train_head import (Sample, answer_samples, collate, head_loss, init_head_from_target, make_batches,
@@ -117,6 +118,27 @@ def test_instructions_are_seeded_and_never_held_out():
     held_texts = {m[-1]["content"].strip() for m in heldout}
     assert not any(m[-1]["content"].strip() in held_texts for m in a)
     assert len({str(m) for m in a}) == 300
+
+
+def test_open_instructions_are_seeded_varied_and_never_held_out():
+    heldout = [prompt_messages(p) for p in load_prompts(split="heldout")]
+    a = make_open_instructions(600, seed=0, exclude=heldout)
+    assert a == make_open_instructions(600, seed=0, exclude=heldout)
+    assert a != make_open_instructions(600, seed=1, exclude=heldout)
+    assert len({str(m) for m in a}) == 600
+    held_texts = {m[-1]["content"].strip() for m in heldout}
+    assert not any(m[-1]["content"].strip() in held_texts for m in a)
+    # every family shows up, multi-turn chats are well formed
+    assert any(len(m) == 3 and [t["role"] for t in m] == ["user", "assistant", "user"] for m in a)
+    assert any("Python" in m[-1]["content"] for m in a) and any("?" in m[-1]["content"] for m in a)
+    # no two generators collide: the templated set and the open set share no conversation
+    templated = make_instructions(600, seed=0, exclude=heldout)
+    assert not ({str(m) for m in a} & {str(m) for m in templated})
+    # the exclusion list is honoured for open prompts too
+    banned = a[:5]
+    assert not any(m in banned for m in make_open_instructions(600, seed=0, exclude=heldout + banned))
+    with pytest.raises(ValueError):
+        make_open_instructions(-1)
 
 
 def test_parse_settings():
