@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 
+from app.callbacks import lower_server_priority
 from app.models import pair_loader, tiny_loader
 from app.ui import build_app
 
@@ -24,6 +25,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--head", default=None, help="EAGLE-1/2 draft head folder (default: the shipped one)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:0, mps (default: CUDA if available)")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: by device)")
+    parser.add_argument("--ui-nice", type=int, default=int(os.environ.get("NANOSPEC_UI_NICE", "10")),
+                        help="lower the web server's CPU priority by this much (Linux; 0 = off) so that decoding, "
+                             "which keeps the normal priority, wins when both want the CPU")
     dev = parser.add_argument_group("development")
     dev.add_argument("--random-head", action="store_true",
                      help="give a target without a trained head a random one so every method runs")
@@ -34,6 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # first, before any other thread exists: the decode thread keeps the normal priority, every thread
+    # created after this (web server, queue, callbacks) inherits the lower one
+    lower_server_priority(args.ui_nice)
     if args.tiny:
         loader = tiny_loader()
     else:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import queue
+import sys
 import threading
 import time
 from dataclasses import asdict
@@ -47,11 +49,67 @@ def plot_data(spec: dict) -> PlotData:
     return PlotData(type="plotly", plot=pio.to_json(spec, validate=False))
 
 
+class DecodeThread:
+    """The one long-lived thread that runs every decode, one after another (the model serves one run at
+    a time anyway: its Gradio queue has concurrency 1).
+
+    Being long-lived matters for priority: `app.py` starts it first and then lowers the priority of the
+    threads it creates afterwards (the web server, the queue, the callbacks: `lower_server_priority`).
+    Linux threads inherit their priority from the thread that creates them, and torch's CPU worker
+    threads are created by the thread that first computes, so decoding keeps the normal priority while
+    the page's rendering yields to it when both want the CPU."""
+
+    def __init__(self):
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name="nanospec-decode", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except BaseException:  # noqa: BLE001 — a job's fault must not end the thread that serves all runs
+                logger.warning("a decode job failed", exc_info=True)
+
+    def submit(self, job) -> None:
+        self._jobs.put(job)
+
+
+_decode_thread: DecodeThread | None = None
+_decode_thread_lock = threading.Lock()
+
+
+def decode_thread() -> DecodeThread:
+    """The process's decode thread, started on first use."""
+    global _decode_thread
+    with _decode_thread_lock:
+        if _decode_thread is None:
+            _decode_thread = DecodeThread()
+        return _decode_thread
+
+
+def lower_server_priority(nice: int) -> bool:
+    """Start the decode thread, then raise the calling thread's nice value by `nice` (Linux: per thread,
+    inherited by the threads it creates later, i.e. the whole web server if called before launch).
+
+    Returns False where this is not possible (other OSes, `nice` <= 0); nothing changes then."""
+    decode_thread()
+    if nice <= 0 or not hasattr(os, "setpriority") or not sys.platform.startswith("linux"):
+        return False
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except OSError:
+        return False
+    return True
+
+
 class StepPump:
-    """Runs a step generator in its own thread so decoding never waits for the page to redraw.
+    """Runs a step generator on the decode thread so decoding never waits for the page to redraw.
 
     `batches()` yields lists of the items that arrived since the last call (one item per step when
-    the page keeps up). `stop()` asks the thread to close the generator after its current step.
+    the page keeps up). `stop()` asks the decode thread to close the generator after its current step.
     """
 
     _DONE = object()
@@ -60,20 +118,26 @@ class StepPump:
         self._steps = steps
         self._queue: queue.Queue = queue.Queue()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="nanospec-decode", daemon=True)
-        self._thread.start()
+        self._finished = threading.Event()
+        decode_thread().submit(self._run)
 
     def _run(self) -> None:
         try:
-            for item in self._steps:
-                self._queue.put(item)
-                if self._stop.is_set():
-                    break
+            if not self._stop.is_set():
+                for item in self._steps:
+                    self._queue.put(item)
+                    if self._stop.is_set():
+                        break
         except BaseException as exc:  # noqa: BLE001 — handed to the consumer, which reports it
             self._queue.put(exc)
         finally:
-            self._steps.close()
-            self._queue.put(self._DONE)
+            try:
+                close = getattr(self._steps, "close", None)
+                if close is not None:
+                    close()
+            finally:
+                self._queue.put(self._DONE)
+                self._finished.set()
 
     def batches(self):
         done = False
@@ -96,8 +160,7 @@ class StepPump:
         self._stop.set()
 
     def join(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self._finished.wait(timeout)
 
 
 class Explorer:
@@ -145,6 +208,7 @@ class Explorer:
         pump = StepPump(self._decode(prompt, options))
         t0 = time.perf_counter()
         last_draw, draw_cost, first = t0, 0.0, True
+        last: dict = {}
         try:
             for batch in pump.batches():
                 for item in batch:
@@ -159,8 +223,7 @@ class Explorer:
                 # spend more than ~1/10 of the time drawing (the page stays fluid on slow machines)
                 draw = first or time.perf_counter() - last_draw >= max(self.chart_interval_s, 10 * draw_cost)
                 started = time.perf_counter()
-                out = self.live_outputs(view, charts_too=draw, slider_too=False,
-                                        pair=self.provider.describe() if first else None)
+                out = self.streamed_outputs(view, draw, first, last)
                 if draw:
                     last_draw, draw_cost = time.perf_counter(), time.perf_counter() - started
                 first = False
@@ -202,6 +265,28 @@ class Explorer:
             csv_path, json_path = save_downloads(view)
             files = (gr.update(value=str(csv_path), interactive=True), gr.update(value=str(json_path), interactive=True))
         return (answer, kpis, *figs, slider, view, *files, pair if pair is not None else skip)
+
+    def streamed_outputs(self, view: RunView, draw: bool, first: bool, last: dict) -> tuple:
+        """Values for LIVE_OUTPUTS while a run streams: like `live_outputs`, but without `gr.skip()` or
+        `gr.update()` after the first step. Gradio answers each of those by building a new component
+        object (constructor, config, JSON schema) on every step, which costs more than the step's text.
+        An unchanged output gets its last plain value instead (`last` keeps them between steps), and
+        Gradio's streaming diff then sends nothing for it. The first step resets the step slider and
+        the download buttons (the previous run's files) once; the run's end sets them properly."""
+        out = dict(zip(LIVE_OUTPUTS, self.live_outputs(view, charts_too=draw, slider_too=False)))
+        plots = ("vocab_plot", "coverage_plot", "tree_plot", "phase_plot")
+        if draw:
+            last.update({name: out[name] for name in plots})
+        else:
+            out.update({name: last[name] for name in plots})
+        if first:
+            last["pair"] = self.provider.describe()
+            out["step"] = gr.update(value=0, maximum=1)
+            out["csv"] = out["json"] = gr.update(value=None, interactive=False)
+        else:
+            out["step"], out["csv"], out["json"] = 0, None, None
+        out["pair"] = last["pair"]
+        return tuple(out[name] for name in LIVE_OUTPUTS)
 
     def after_stop(self, view: RunView | None):
         """Stop was pressed: draw the charts and downloads from the steps that arrived."""
@@ -256,6 +341,7 @@ class Explorer:
         self._engine(progress)
         greedy = base["temperature"] == 0.0
         summaries: dict[str, RunSummary] = {}
+        shown: tuple = (None, None)  # table and chart so far; re-sent as plain values (see `streamed_outputs`)
         for method in ["ar", *methods]:
             options = {**base, "method": method}
             key = (method, tuple(sorted((k, v) for k, v in options.items() if k != "max_new_tokens")))
@@ -264,7 +350,7 @@ class Explorer:
                 try:
                     for text, summary in self._compare_run(prompt, opts, method, label):
                         if summary is None:
-                            yield gr.skip(), gr.skip(), text
+                            yield *shown, text
                 except ValueError as exc:
                     raise fail("cannot run", exc) from None
                 except Exception as exc:  # noqa: BLE001
@@ -272,7 +358,8 @@ class Explorer:
             self._warm.add(key)
             summaries[method] = summary
             table = compare_table(summaries, greedy)
-            yield display_table(table), charts.compare_figure(table), compare_verdict(summaries, greedy)
+            shown = (display_table(table), PlotData(type="plotly", plot=charts.compare_figure(table).to_json()))
+            yield *shown, compare_verdict(summaries, greedy)
 
     def _compare_run(self, prompt, options: dict, method: str, label: str):
         """(status text, None) per step, then ("", summary); runs in a `StepPump` so Stop acts per step."""
