@@ -10,7 +10,10 @@ requests and times them; it never touches torch, so neither side inherits the ot
 Both sides use the same prompt and settings (greedy, so the same tokens), one untimed warm-up each,
 and the runs alternate so load changes on the machine hit both alike. The app side is timed
 wall-clock around the whole request (queue, prefill, every streamed update, the final charts and
-downloads); the engine side around `generate` (prefill included). Target: app / engine >= 0.85.
+downloads); the engine side around `generate` (prefill included). The client does not fetch the
+two trace files the run's last update offers for download (the app still writes them within the
+timed request): a browser fetches them only when the user clicks, and fetching them here cost
+~0.2 s per request; `--download-files` fetches them as well. Target: app / engine >= 0.85.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _connect(url: str, server: subprocess.Popen, timeout_s: float = 300.0):
+def _connect(url: str, server: subprocess.Popen, timeout_s: float = 300.0, download_files: bool = True):
     from gradio_client import Client
 
     deadline = time.monotonic() + timeout_s
@@ -59,7 +62,7 @@ def _connect(url: str, server: subprocess.Popen, timeout_s: float = 300.0):
         if server.poll() is not None:
             raise RuntimeError(f"the app exited with code {server.returncode} before it served")
         try:
-            return Client(url, verbose=False)
+            return Client(url, verbose=False) if download_files else Client(url, verbose=False, download_files=False)
         except Exception:  # noqa: BLE001 — not up yet
             if time.monotonic() > deadline:
                 raise
@@ -73,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--device", default=None)
     parser.add_argument("--prompt", default=PROMPT)
+    parser.add_argument("--download-files", action="store_true",
+                        help="let the client also fetch the run's two trace files after each run")
     parser.add_argument("--engine-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.engine_worker:
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         hello = json.loads(worker.stdout.readline())
         method = hello["method"]
         opts = {**{k: DEFAULTS[k] for k in KNOBS}, "method": method, "max_new_tokens": args.max_new_tokens}
-        client = _connect(f"http://127.0.0.1:{port}/", server)
+        client = _connect(f"http://127.0.0.1:{port}/", server, download_files=args.download_files)
         ui_args = [args.prompt, method, opts["max_new_tokens"], *(opts[k] for k in KNOBS)]
 
         def engine_run() -> tuple[int, float]:
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         worker.wait(30)
     e, a = statistics.median(engine_tps), statistics.median(app_tps)
     print(f"pair: {hello['pair']} on {hello['device']}; method {method}; {args.max_new_tokens} new tokens; "
-          f"{args.runs} runs each, alternating (median)")
+          f"{args.runs} runs each, alternating (median); client fetches trace files: {args.download_files}")
     for label, med, runs in (("engine (own process)   ", e, engine_tps), ("through the app (client)", a, app_tps)):
         print(f"{label}: {med:7.2f} tokens/s   runs: {', '.join(f'{x:.2f}' for x in runs)}")
     ratios = [x / y for x, y in zip(app_tps, engine_tps)]
