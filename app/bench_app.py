@@ -62,7 +62,7 @@ def _connect(url: str, server: subprocess.Popen, timeout_s: float = 300.0, downl
         if server.poll() is not None:
             raise RuntimeError(f"the app exited with code {server.returncode} before it served")
         try:
-            return Client(url, verbose=False) if download_files else Client(url, verbose=False, download_files=False)
+            return Client(url, verbose=False, **({} if download_files else {"download_files": False}))
         except Exception:  # noqa: BLE001 — not up yet
             if time.monotonic() > deadline:
                 raise

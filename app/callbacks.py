@@ -239,12 +239,9 @@ class Explorer:
         yield self.live_outputs(view, charts_too=True, downloads=True, pair=self.provider.describe())
 
     def live_outputs(self, view: RunView, charts_too: bool, step: int | None = None, downloads: bool = False,
-                     pair: str | None = None, slider_too: bool = True) -> tuple:
-        """Values for LIVE_OUTPUTS; charts only when `charts_too` (text and KPIs every step).
-
-        The step slider moves with the charts, except while a run streams (`slider_too=False`): the tree
-        then follows the latest step anyway, and every `gr.update` of a component makes Gradio rebuild
-        that component's config on the server, which costs more than a chart redraw."""
+                     pair: str | None = None) -> tuple:
+        """Values for LIVE_OUTPUTS; charts and the step slider only when `charts_too` (text and KPIs every
+        step). While a run streams, `streamed_outputs` replaces the slider, files and skipped charts."""
         # text and KPIs every step, from plain lists (cheap); the pandas frame only for chart redraws
         answer = charts.answer_spans(None, view.pieces, view.origins)
         method = view.events[0].method if view.events else "ar"
@@ -258,8 +255,7 @@ class Explorer:
             figs = tuple(plot_data(spec) for spec in (
                 charts.vocab_spec(frame), charts.coverage_spec(frame), charts.tree_spec(frame, shown, view.token_text),
                 charts.phase_spec(frame)))
-            if slider_too:
-                slider = gr.update(maximum=max(1, view.last_step), value=shown)
+            slider = gr.update(maximum=max(1, view.last_step), value=shown)
         files = (skip, skip)
         if downloads and view.events:
             csv_path, json_path = save_downloads(view)
@@ -273,7 +269,7 @@ class Explorer:
         An unchanged output gets its last plain value instead (`last` keeps them between steps), and
         Gradio's streaming diff then sends nothing for it. The first step resets the step slider and
         the download buttons (the previous run's files) once; the run's end sets them properly."""
-        out = dict(zip(LIVE_OUTPUTS, self.live_outputs(view, charts_too=draw, slider_too=False)))
+        out = dict(zip(LIVE_OUTPUTS, self.live_outputs(view, charts_too=draw)))
         plots = ("vocab_plot", "coverage_plot", "tree_plot", "phase_plot")
         if draw:
             last.update({name: out[name] for name in plots})

@@ -234,7 +234,6 @@ def sampled_vocab(ids: torch.Tensor, frequent: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-@torch.no_grad()
 def full_vocab_accuracy(head: EagleHead, embed, lm_weight, samples: list[Sample], max_positions: int = 2000) -> float:
     """Top-1 agreement of head and target over the full vocabulary on validation samples.
 
