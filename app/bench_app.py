@@ -1,6 +1,6 @@
 """Streaming overhead of the app: tokens/s through the launched app (gradio_client) vs the engine.
 
-    python -m app.bench_app                      # default pair, 48 tokens, 5 runs each, interleaved
+    python -m app.bench_app                      # default pair, the app's default 64 tokens, 5 runs each, interleaved
     python -m app.bench_app --method ar --max-new-tokens 32 --runs 5
 
 Each side runs in its own process, as in real use: the app is `python app.py` (its own server
@@ -72,7 +72,7 @@ def _connect(url: str, server: subprocess.Popen, timeout_s: float = 300.0, downl
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", default=None, help="default: nanospec with a trained head, else ar")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the app's default (64)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--device", default=None)
     parser.add_argument("--prompt", default=PROMPT)
@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from app.inputs import DEFAULTS
 
+    if args.max_new_tokens is None:
+        args.max_new_tokens = DEFAULTS["max_new_tokens"]
     worker = subprocess.Popen([sys.executable, "-m", "app.bench_app", "--engine-worker",
                                *(["--method", args.method] if args.method else []),
                                *(["--device", args.device] if args.device else [])],

@@ -12,6 +12,9 @@ Pipeline (each phase a function; the data phases cache under ``$NANOSPEC_CACHE/t
    SmoothL1 on the feature plus cross-entropy against the target's distribution restricted to a
    sampled vocabulary (the batch's tokens + the most frequent ids), the NanoSpec idea applied to
    the loss: a full-vocabulary softmax would cost ~10x the rest of the step on a CPU.
+   Then ``--unroll-epochs`` more epochs (``unroll=True``) also train the second drafting step on the
+   head's own predicted feature (``two_step_forward``), the input it gets at tree depth 2, where
+   noise alone prepares it poorly; the one-step head is kept in the cache for comparison.
 4. ``evaluate_tau`` - held-out τ with the real engine (`method="full"`), checked against `ar`.
 """
 
@@ -30,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .head import EagleHead, head_config_from_target, save_head
+from .kv import new_cache
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "assets" / "heads" / "smollm2-135m-eagle"
 CACHE_VERSION = 2
@@ -206,19 +210,54 @@ def collate(samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 def head_loss(head: EagleHead, embed: torch.nn.Module, lm_weight: torch.Tensor, ids: torch.Tensor,
               feats: torch.Tensor, mask: torch.Tensor, vocab_ids: torch.Tensor, noise: float,
-              token_weight: float) -> tuple[torch.Tensor, dict]:
-    """EAGLE loss on one batch. Position t reads (x[t+1], f[t]) and predicts f[t+1]."""
+              token_weight: float, unroll: bool = False) -> tuple[torch.Tensor, dict]:
+    """EAGLE loss on one batch. Position t reads (x[t+1], f[t]) and predicts f[t+1].
+
+    `unroll` adds a second drafting step, as the head runs at tree depth 2: position t+1 reads
+    (x[t+2], the head's own prediction of f[t+1]) and predicts f[t+2], attending to the first pass's
+    keys at positions <= t (true features, as the head's KV cache holds them while drafting) and to
+    itself. The gradient flows through the first pass's prediction."""
     b, t = feats.shape[:2]
     x_next = ids[:, 1:]                                                   # [B, T] tokens x[t+1]
     f_in = feats + (torch.rand_like(feats) * 2 - 1) * noise if noise > 0 else feats
-    pos = torch.arange(t)[None].expand(b, t)
-    causal = torch.ones(t, t, dtype=torch.bool).tril()[None, None]       # [1, 1, T, T]
     with torch.no_grad():
         emb = embed(x_next).float()
-    pred = head(emb, f_in, pos, None, causal)                             # [B, T, H]
-    p, target = pred[:, :-1][mask], feats[:, 1:][mask]                    # [N, H]
-    reg = F.smooth_l1_loss(p, target)
     w = lm_weight[vocab_ids].float()                                      # [S, H] sampled LM-head rows
+    if not unroll or t < 3:
+        pos = torch.arange(t)[None].expand(b, t)
+        causal = torch.ones(t, t, dtype=torch.bool).tril()[None, None]   # [1, 1, T, T]
+        pred = head(emb, f_in, pos, None, causal)                         # [B, T, H]
+        return _feature_token_loss(pred[:, :-1][mask], feats[:, 1:][mask], w, token_weight)
+    with torch.no_grad():
+        emb2 = embed(ids[:, 2:]).float()                                  # [B, T-1] tokens x[t+2]
+    pred, pred2 = two_step_forward(head, emb, f_in, emb2)
+    loss, stats = _feature_token_loss(pred[:, :-1][mask], feats[:, 1:][mask], w, token_weight)
+    mask2 = mask[:, 1:]                                                   # where f[t+2] is a training target
+    loss2, stats2 = _feature_token_loss(pred2[:, :-1][mask2], feats[:, 2:][mask2], w, token_weight)
+    return loss + loss2, {**stats, "acc2": stats2["acc"], "n2": stats2["n"]}
+
+
+def two_step_forward(head: EagleHead, emb: torch.Tensor, features: torch.Tensor, emb2: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """First pass over all positions, then the second drafting step at every position at once.
+
+    emb [B, T, H] = embed(x[t+1]), features [B, T, H] = f[t], emb2 [B, T-1, H] = embed(x[t+2]).
+    Returns pred [B, T, H] (f^[t+1]) and pred2 [B, T-1, H] (f^[t+2] from (x[t+2], f^[t+1]) at position t+1,
+    which sees the first pass's keys at positions 0..t and itself)."""
+    b, t = features.shape[:2]
+    pos = torch.arange(t, device=features.device)[None].expand(b, t)
+    cache = new_cache()
+    pred = head(emb, features, pos, cache, torch.ones(t, t, dtype=torch.bool, device=features.device).tril()[None, None])
+    seen = torch.ones(t - 1, t, dtype=torch.bool, device=features.device).tril()   # row t: first-pass keys 0..t
+    own = torch.eye(t - 1, dtype=torch.bool, device=features.device)               # and its own key
+    pred2 = head(emb2, pred[:, :-1], pos[:, 1:], cache, torch.cat([seen, own], dim=1)[None, None])
+    return pred, pred2
+
+
+def _feature_token_loss(p: torch.Tensor, target: torch.Tensor, w: torch.Tensor, token_weight: float
+                        ) -> tuple[torch.Tensor, dict]:
+    """SmoothL1 on the feature + `token_weight` x CE against the target's distribution over the rows `w`."""
+    reg = F.smooth_l1_loss(p, target)
     with torch.no_grad():
         target_logits = target @ w.T                                      # [N, S]
         target_p = target_logits.softmax(-1)
@@ -260,7 +299,7 @@ def full_vocab_accuracy(head: EagleHead, embed, lm_weight, samples: list[Sample]
 
 def train(head: EagleHead, target, samples: list[Sample], val: list[Sample], frequent: torch.Tensor, *,
           epochs: int, lr: float, batch_tokens: int, noise: float, token_weight: float, seed: int,
-          progress: bool = True) -> dict:
+          progress: bool = True, unroll: bool = False) -> dict:
     from tqdm import tqdm
 
     rng = random.Random(seed)
@@ -275,16 +314,16 @@ def train(head: EagleHead, target, samples: list[Sample], val: list[Sample], fre
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
     history, step = [], 0
-    bar = tqdm(total=total, desc="train head", disable=not progress)
+    bar = tqdm(total=total, desc="train head (2-step unroll)" if unroll else "train head", disable=not progress)
     for epoch, batches in enumerate(plan):
-        sums = {"reg": 0.0, "tok": 0.0, "acc": 0.0, "n": 0}
+        sums = {"reg": 0.0, "tok": 0.0, "acc": 0.0, "n": 0, "acc2": 0.0, "n2": 0}
         for batch in batches:
             ids, feats, mask = collate([samples[j] for j in batch])
             if not mask.any():
                 bar.update(1)
                 continue
             loss, stats = head_loss(head, embed, lm_weight, ids, feats, mask, sampled_vocab(ids, frequent),
-                                    scale, token_weight)
+                                    scale, token_weight, unroll=unroll)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), 0.5)
@@ -294,11 +333,16 @@ def train(head: EagleHead, target, samples: list[Sample], val: list[Sample], fre
             for k in ("reg", "tok", "acc"):
                 sums[k] += stats[k] * stats["n"]
             sums["n"] += stats["n"]
+            if "acc2" in stats:
+                sums["acc2"] += stats["acc2"] * stats["n2"]
+                sums["n2"] += stats["n2"]
             bar.update(1)
             bar.set_postfix(reg=f"{stats['reg']:.3f}", tok=f"{stats['tok']:.2f}", acc=f"{stats['acc']:.2f}")
         n = max(sums["n"], 1)
         row = {"epoch": epoch + 1, "reg": sums["reg"] / n, "tok": sums["tok"] / n, "acc": sums["acc"] / n,
                "val_top1": full_vocab_accuracy(head, embed, lm_weight, val) if val else None}
+        if sums["n2"]:
+            row["acc2"] = sums["acc2"] / sums["n2"]   # training top-1 (sampled vocabulary) of the second step
         history.append(row)
         bar.write(json.dumps(row))
     bar.close()
@@ -365,7 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=str(DEFAULT_OUT), help="head folder to write (EAGLE layout)")
     p.add_argument("--instructions", type=int, default=2400, help="generated instructions (+ the train prompts)")
     p.add_argument("--open-instructions", type=int, default=1920,
-                   help="open-ended instructions (nanospec/open_instructions.py): free-form answers")
+                   help="open-ended instructions per round (nanospec/open_instructions.py): free-form answers")
+    p.add_argument("--open-rounds", type=int, default=2,
+                   help="rounds of --open-instructions, each cached alone (round r = the r-th slice of one seeded list)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="answer length cap")
     p.add_argument("--gen-batch", type=int, default=96, help="generate batch size")
     p.add_argument("--answer-batches", type=int, default=None,
@@ -373,6 +419,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text-tokens", type=int, default=10240, help="Python stdlib tokens (0 = none)")
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--unroll-epochs", type=int, default=1,
+                   help="then this many epochs that also train a second drafting step on the head's own "
+                        "predicted feature (tree depth 2), with their own warm-up and cosine schedule")
+    p.add_argument("--unroll-lr", type=float, default=3e-4)
     p.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per training step")
     p.add_argument("--prompt-loss", type=int, default=1,
                    help="1: also train on prompt positions (more data; the held-out prompts are never used)")
@@ -389,13 +439,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _cache_dir(args, target_name: str, part: str = "") -> Path:
-    """Data cache folder; `part="open"` is the open-instruction answers' own folder (so either set can change alone)."""
+def _cache_dir(args, target_name: str, part: str = "", round_: int = 0) -> Path:
+    """Data cache folder; `part="open"` is the open-instruction answers' own folder (so either set can change alone),
+    one per round (round 0 keeps the key it had before rounds existed, so its answers are reused)."""
     from .default_model import cache_root
 
     if part == "open":
         key = json.dumps([CACHE_VERSION, target_name, "open", args.open_instructions, args.max_new_tokens,
-                          args.gen_batch, args.seed])
+                          args.gen_batch, args.seed] + ([round_] if round_ else []))
     else:
         key = json.dumps([CACHE_VERSION, target_name, args.instructions, args.max_new_tokens, args.gen_batch,
                           args.text_tokens, args.seed])
@@ -418,8 +469,10 @@ def _frequent_ids(n: int, vocab: int) -> torch.Tensor:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.instructions < 0 or args.open_instructions < 0 or args.epochs < 1 or args.max_new_tokens < 2:
-        raise ValueError("--instructions and --open-instructions must be >= 0, --epochs >= 1 and --max-new-tokens >= 2")
+    if (min(args.instructions, args.open_instructions, args.open_rounds, args.unroll_epochs) < 0 or args.epochs < 1
+            or args.max_new_tokens < 2):
+        raise ValueError("--instructions, --open-instructions, --open-rounds and --unroll-epochs must be >= 0, "
+                         "--epochs >= 1 and --max-new-tokens >= 2")
     settings = parse_settings(args.eval) if args.eval else []
     torch.set_num_threads(args.threads)
     show = not args.no_progress
@@ -438,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     heldout = [prompt_messages(p) for p in load_prompts(split="heldout")]
     convs = [prompt_messages(p) for p in load_prompts(split="train")]
     convs += make_instructions(args.instructions, seed=args.seed, exclude=heldout + convs)
-    opens = make_open_instructions(args.open_instructions, seed=args.seed, exclude=heldout + convs)
+    # one seeded list cut into rounds: make_open_instructions(n) is a prefix of make_open_instructions(2n)
+    opens = make_open_instructions(args.open_instructions * args.open_rounds, seed=args.seed, exclude=heldout + convs)
     times = {}
 
     t0 = time.perf_counter()
@@ -446,9 +500,10 @@ def main(argv: list[str] | None = None) -> int:
                                args.answer_batches)
     times["answers_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    if opens:
-        answers += generate_answers(target, tokenizer, opens, args.gen_batch, args.max_new_tokens,
-                                    _cache_dir(args, loaded.name, "open"), show)
+    for r in range(args.open_rounds if args.open_instructions else 0):
+        part = opens[r * args.open_instructions:(r + 1) * args.open_instructions]
+        answers += generate_answers(target, tokenizer, part, args.gen_batch, args.max_new_tokens,
+                                    _cache_dir(args, loaded.name, "open", r), show)
     times["open_answers_s"] = time.perf_counter() - t0
     convs += opens
 
@@ -480,6 +535,15 @@ def main(argv: list[str] | None = None) -> int:
                   batch_tokens=args.batch_tokens, noise=args.noise, token_weight=args.token_weight,
                   seed=args.seed, progress=show)
     times["train_s"] = time.perf_counter() - t0
+    if args.unroll_epochs:
+        # the one-step head too, for comparison (it is what --unroll-epochs 0 would ship)
+        save_head(head.eval(), cache / "head-one-step", dtype=torch.float16)
+        t0 = time.perf_counter()
+        unrolled = train(head.train(), target, train_set, val, frequent, epochs=args.unroll_epochs, lr=args.unroll_lr,
+                         batch_tokens=args.batch_tokens, noise=args.noise, token_weight=args.token_weight,
+                         seed=args.seed + 1, progress=show, unroll=True)
+        times["unroll_train_s"] = time.perf_counter() - t0
+        stats = {"steps": stats["steps"] + unrolled["steps"], "history": stats["history"] + unrolled["history"]}
     out = save_head(head.eval(), args.out, dtype=torch.float16)
     size = (out / "model.safetensors").stat().st_size
 

@@ -78,11 +78,16 @@ def test_init_starts_as_identity(tiny_target, tiny_samples):
     torch.testing.assert_close(out, feats)
 
 
-def test_a_few_steps_reduce_the_loss(tiny_target, tiny_samples):
-    embed, lm = tiny_target.get_input_embeddings(), tiny_target.get_output_embeddings().weight
+def _loss_inputs(target, samples):
+    """embed, LM-head weight, frequent ids, collated batch (ids, feats, mask) and its sampled vocabulary."""
     frequent = torch.arange(32)
-    ids, feats, mask = collate(tiny_samples)
-    vocab = sampled_vocab(ids, frequent)
+    ids, feats, mask = collate(samples)
+    return (target.get_input_embeddings(), target.get_output_embeddings().weight, frequent, ids, feats, mask,
+            sampled_vocab(ids, frequent))
+
+
+def test_a_few_steps_reduce_the_loss(tiny_target, tiny_samples):
+    embed, lm, frequent, ids, feats, mask, vocab = _loss_inputs(tiny_target, tiny_samples)
     head = init_head_from_target(tiny_target)
     with torch.no_grad():
         before, _ = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5)
@@ -91,6 +96,49 @@ def test_a_few_steps_reduce_the_loss(tiny_target, tiny_samples):
     with torch.no_grad():
         after, _ = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5)
     assert stats["steps"] >= 12 and len(stats["history"]) == 4
+    assert after.item() < 0.95 * before.item()
+
+
+def test_two_step_forward_matches_drafting_with_a_cache(tiny_target, tiny_samples):
+    """The second pass equals what the head computes at tree depth 2: after the true prefix 0..t is in
+    its KV cache, the query (x[t+2], its own f^[t+1]) at position t+1 attends to the cache and itself."""
+    from nanospec.kv import new_cache
+    from nanospec.train_head import two_step_forward
+
+    torch.manual_seed(0)
+    head = init_head_from_target(tiny_target)
+    with torch.no_grad():                 # leave the identity init, or f^[t+1] would just equal f[t]
+        for p in head.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    embed = tiny_target.get_input_embeddings()
+    ids, feats, _ = collate(tiny_samples[:2])
+    t = feats.shape[1]
+    with torch.no_grad():
+        emb, emb2 = embed(ids[:, 1:]), embed(ids[:, 2:])
+        pred, pred2 = two_step_forward(head, emb, feats, emb2)
+        for row in range(2):
+            for i in (0, 3, t - 2):
+                cache = new_cache()
+                prefix = head(emb[row:row + 1, :i + 1], feats[row:row + 1, :i + 1], torch.arange(i + 1)[None], cache,
+                              torch.ones(i + 1, i + 1, dtype=torch.bool).tril()[None, None])
+                torch.testing.assert_close(prefix[0, -1], pred[row, i], atol=1e-5, rtol=1e-5)
+                step2 = head(emb2[row:row + 1, i:i + 1], prefix[:, -1:], torch.tensor([[i + 1]]), cache,
+                             torch.ones(1, i + 2, dtype=torch.bool)[None, None])
+                torch.testing.assert_close(step2[0, 0], pred2[row, i], atol=1e-5, rtol=1e-5)
+
+
+def test_unrolled_training_reduces_the_two_step_loss(tiny_target, tiny_samples):
+    embed, lm, frequent, ids, feats, mask, vocab = _loss_inputs(tiny_target, tiny_samples)
+    head = init_head_from_target(tiny_target)
+    with torch.no_grad():
+        before, plain = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5, unroll=True)
+        one_step, _ = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5)
+    assert "acc2" in plain and plain["n2"] > 0 and before.item() > one_step.item()  # the second step adds a loss
+    stats = train(head, tiny_target, tiny_samples, tiny_samples[:2], frequent, epochs=3, lr=1e-2,
+                  batch_tokens=64, noise=0.1, token_weight=0.5, seed=0, progress=False, unroll=True)
+    with torch.no_grad():
+        after, _ = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5, unroll=True)
+    assert all("acc2" in row for row in stats["history"])
     assert after.item() < 0.95 * before.item()
 
 
@@ -139,6 +187,23 @@ def test_open_instructions_are_seeded_varied_and_never_held_out():
     assert not any(m in banned for m in make_open_instructions(600, seed=0, exclude=heldout + banned))
     with pytest.raises(ValueError):
         make_open_instructions(-1)
+    # train-head cuts one list into rounds (each cached alone): a longer list starts with the shorter one
+    assert make_open_instructions(1200, seed=0, exclude=heldout)[:600] == a
+
+
+def test_open_rounds_cache_folders(tmp_path, monkeypatch):
+    """Round 0 keeps the folder key it had before rounds existed (its cached answers stay valid); later
+    rounds, other sizes and the templated set get folders of their own."""
+    import json
+
+    from nanospec.train_head import CACHE_VERSION, _cache_dir, build_parser
+
+    monkeypatch.setenv("NANOSPEC_CACHE", str(tmp_path))
+    args = build_parser().parse_args([])
+    r0, r1 = _cache_dir(args, "T", "open", 0), _cache_dir(args, "T", "open", 1)
+    assert json.loads((r0 / "key.json").read_text()) == [CACHE_VERSION, "T", "open", 1920, 128, 96, 0]
+    assert len({r0, r1, _cache_dir(args, "T"), _cache_dir(build_parser().parse_args(["--open-instructions", "960"]),
+                                                          "T", "open", 1)}) == 4
 
 
 def test_parse_settings():
