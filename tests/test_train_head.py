@@ -9,11 +9,12 @@ import torch
 
 from nanospec.head import load_head, save_head
 from nanospec.instructions import make_instructions
+from nanospec.kv import new_cache
 from nanospec.open_instructions import make_open_instructions
 from nanospec.prompts import load_prompts, prompt_messages
 from nanospec.random_pair import random_target, random_target_config
 from nanospec.train_head import (Sample, answer_samples, collate, head_loss, init_head_from_target, make_batches,
-                                 parse_settings, sampled_vocab, teacher_forced_samples, train)
+                                 parse_settings, sampled_vocab, teacher_forced_samples, train, two_step_forward)
 
 VOCAB, HIDDEN = 512, 64
 
@@ -102,9 +103,6 @@ def test_a_few_steps_reduce_the_loss(tiny_target, tiny_samples):
 def test_two_step_forward_matches_drafting_with_a_cache(tiny_target, tiny_samples):
     """The second pass equals what the head computes at tree depth 2: after the true prefix 0..t is in
     its KV cache, the query (x[t+2], its own f^[t+1]) at position t+1 attends to the cache and itself."""
-    from nanospec.kv import new_cache
-    from nanospec.train_head import two_step_forward
-
     torch.manual_seed(0)
     head = init_head_from_target(tiny_target)
     with torch.no_grad():                 # leave the identity init, or f^[t+1] would just equal f[t]
