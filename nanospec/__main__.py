@@ -29,6 +29,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: CUDA if available)")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on GPU, fp32 on CPU)")
     p.add_argument("--freq-table", default=None, help="token-frequency table for static/hybrid")
+    p.add_argument("--no-pack", action="store_true",
+                   help="fp32 CPU: keep PyTorch's default linear kernel instead of oneDNN pre-packed weights")
 
 
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
@@ -56,7 +58,7 @@ def _decode_options(a) -> dict:
 def _load(a):
     from .pair import load_pair
     return load_pair(a.model, a.head, device=a.device, dtype=a.dtype, freq_table=a.freq_table,
-                     progress=_progress_bar())
+                     progress=_progress_bar(), pack_linears=not a.no_pack)
 
 
 def _read_prompts(path: str | None, split: str | None) -> list:

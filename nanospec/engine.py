@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from .config import GenerationConfig
+from .cpu_linear import PackedLinear
+from .cpu_linear import pack_linears as pack_modules
 from .drafters.eagle import EagleDrafter
 from .events import RunSummary, StepEvent, summarize
 from .head import EagleHead, check_head_matches
@@ -84,12 +86,18 @@ class SpecEngine:
 
     def __init__(self, model, tokenizer=None, head: EagleHead | None = None, *,
                  frequent_ids: torch.Tensor | None = None, drafter_factory=None,
-                 eos_token_ids: list[int] | None = None):
+                 eos_token_ids: list[int] | None = None, pack_linears: bool = True):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.head = head
         if head is not None:
             check_head_matches(head.config, model.config)
+        # fp32 on CPU: pre-pack every linear weight for oneDNN, in place (cpu_linear.py); the
+        # target, the head and the full/static drafter LM heads all get it, so no method gains
+        # from a kernel another lacks. Elsewhere (CUDA, half precision) nothing changes.
+        self.packed_linears = 0
+        if pack_linears:
+            self.packed_linears = pack_modules(model) + (pack_modules(head) if head is not None else 0)
         self.device = next(model.parameters()).device
         self.lm_head_weight = model.get_output_embeddings().weight  # [V, H]
         self.vocab_size = self.lm_head_weight.shape[0]
@@ -325,9 +333,12 @@ class SpecEngine:
         v = cfg.vocab
         key = (cfg.method, v.capacity, v.static_size, v.core_size)
         if key not in self._vocabs:
+            lm_head = self.model.get_output_embeddings()
             self._vocabs[key] = build_vocab(cfg.method, self.lm_head_weight, capacity=v.capacity,
                                             frequent_ids=self.frequent_ids, static_size=v.static_size,
-                                            core_size=v.core_size)
+                                            core_size=v.core_size,
+                                            lm_head=lm_head if isinstance(lm_head, PackedLinear) else None,
+                                            pack_fixed=self.packed_linears > 0)
         return self._vocabs[key]
 
     def _eagle_drafter(self) -> EagleDrafter:

@@ -26,11 +26,13 @@ class PairInfo:
 
 def load_pair(model: str | None = None, head: str | Path | None = None, *, device: str | None = None,
               dtype: str | None = None, freq_table: str | Path | None = None,
-              progress: ProgressFn | None = None, trust_remote_code: bool = False) -> tuple[SpecEngine, PairInfo]:
+              progress: ProgressFn | None = None, trust_remote_code: bool = False,
+              pack_linears: bool = True) -> tuple[SpecEngine, PairInfo]:
     """`model=None` is the offline default SmolLM2-135M-Instruct with the project's shipped head.
 
     A head folder may be omitted for other targets: then only `ar` runs. The frequency table
     (for `static` / `hybrid`) defaults to the shipped one when its vocabulary matches the target.
+    `pack_linears=False` keeps PyTorch's default fp32 CPU linear kernel (see cpu_linear.py).
     """
     from .freq_table import load_frequency_table, top_ids
     from .loading import load_target
@@ -54,7 +56,7 @@ def load_pair(model: str | None = None, head: str | Path | None = None, *, devic
             frequent = top_ids(counts, vocab)
         elif freq_table is not None:
             raise ValueError(f"frequency table {table} has {counts.shape[0]} entries; the target's vocabulary has {vocab}")
-    engine = SpecEngine(target, loaded.tokenizer, draft, frequent_ids=frequent)
+    engine = SpecEngine(target, loaded.tokenizer, draft, frequent_ids=frequent, pack_linears=pack_linears)
     info = PairInfo(target=loaded.name, head=str(head) if head is not None else None, device=str(loaded.device),
                     dtype=str(loaded.dtype).removeprefix("torch."), vocab_size=vocab,
                     hidden_size=target.config.hidden_size)

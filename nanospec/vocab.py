@@ -15,10 +15,12 @@ and the compute stream waits on its event only right before the next LM-head mat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from .cpu_linear import PackedLinear, can_pack
 from .timing import PhaseTimer
 
 
@@ -33,10 +35,12 @@ class FullVocab:
 
     name = "full"
 
-    def __init__(self, lm_head_weight: torch.Tensor):
+    def __init__(self, lm_head_weight: torch.Tensor, lm_head: Callable[[torch.Tensor], torch.Tensor] | None = None):
         self.weight = lm_head_weight  # [V, H]
         self.vocab_size = lm_head_weight.shape[0]
         self.rows_gathered = 0
+        # the target's own LM-head module when it is faster than a plain matmul (packed on CPU)
+        self.project = lm_head
 
     @property
     def size(self) -> int:
@@ -55,6 +59,8 @@ class FullVocab:
         pass
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
+        if self.project is not None:
+            return self.project(h)  # [q, V]
         return h @ self.weight.T  # [q, V]
 
     def slot_ids(self, slots: torch.Tensor) -> torch.Tensor:
@@ -73,7 +79,7 @@ class ActiveVocab:
     """
 
     def __init__(self, lm_head_weight: torch.Tensor, core_ids: torch.Tensor | None, capacity: int,
-                 name: str = "nanospec", side_stream: bool = True):
+                 name: str = "nanospec", side_stream: bool = True, pack_fixed: bool = False):
         w = lm_head_weight
         self.name = name
         self.weight = w
@@ -92,6 +98,10 @@ class ActiveVocab:
         self.ready: torch.cuda.Event | None = None
         self.rows_gathered = 0  # rows copied from the LM head since construction (test hook)
         self._reset()
+        # static (no ring): the rows never change, so they can be packed once for the CPU matmul
+        self._fixed = None
+        if pack_fixed and self.capacity == 0 and self.n_core and can_pack(self.buffer):
+            self._fixed = PackedLinear.from_rows(self.buffer)
 
     # -- state -----------------------------------------------------------------
     def _reset(self) -> None:
@@ -185,6 +195,8 @@ class ActiveVocab:
     # -- drafting ----------------------------------------------------------------
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """[q, H] -> [q, A] logits over the active rows only (A = core + filled ring slots)."""
+        if self._fixed is not None:
+            return self._fixed(h)
         return h @ self.buffer[: self.size].T
 
     def slot_ids(self, slots: torch.Tensor) -> torch.Tensor:
@@ -195,14 +207,18 @@ class ActiveVocab:
 
 
 def build_vocab(policy: str, lm_head_weight: torch.Tensor, *, capacity: int,
-                frequent_ids: torch.Tensor | None, static_size: int, core_size: int):
-    """Policy name -> vocabulary object (a fresh one per engine; `begin_request` resets per request)."""
+                frequent_ids: torch.Tensor | None, static_size: int, core_size: int,
+                lm_head: Callable[[torch.Tensor], torch.Tensor] | None = None, pack_fixed: bool = False):
+    """Policy name -> vocabulary object (a fresh one per engine; `begin_request` resets per request).
+
+    `lm_head` (the target's LM-head module) and `pack_fixed` give the `full` and `static` baselines
+    the same fast CPU matmul as the target (see cpu_linear.py), so they are not slowed by a kernel."""
     if policy == "full":
-        return FullVocab(lm_head_weight)
+        return FullVocab(lm_head_weight, lm_head)
     if policy in ("static", "hybrid") and frequent_ids is None:
         raise ValueError(f"policy {policy!r} needs a token-frequency table (frequent_ids)")
     if policy == "static":
-        return ActiveVocab(lm_head_weight, frequent_ids[:static_size], 0, name="static")
+        return ActiveVocab(lm_head_weight, frequent_ids[:static_size], 0, name="static", pack_fixed=pack_fixed)
     if policy == "nanospec":
         return ActiveVocab(lm_head_weight, None, capacity, name="nanospec")
     if policy == "hybrid":

@@ -1,0 +1,101 @@
+"""oneDNN pre-packed linears: same results as nn.Linear, tied weights stay tied, engines stay lossless."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from nanospec.config import METHODS, GenerationConfig
+from nanospec.cpu_linear import PackedLinear, onednn_linear_available, pack_linears
+from nanospec.engine import SpecEngine
+from nanospec.random_pair import random_head, random_target, random_target_config
+from nanospec.vocab import ActiveVocab, FullVocab
+
+pytestmark = pytest.mark.skipif(not onednn_linear_available(), reason="this torch build has no oneDNN packed linear")
+
+
+def _tiny(seed: int = 0):
+    cfg = random_target_config(512, 32, 2, heads=2, kv_heads=1, intermediate=64, max_positions=128)
+    return random_target(cfg, seed=seed), random_head(cfg, seed=seed + 1)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(24,), (1, 24), (7, 24), (2, 5, 24)])
+def test_packed_linear_matches_linear(bias, shape):
+    torch.manual_seed(0)
+    lin = nn.Linear(24, 40, bias=bias)
+    packed = PackedLinear(lin)
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        want, got = lin(x), packed(x)
+    assert got.shape == want.shape == (*shape[:-1], 40)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_rows_is_a_matmul_with_the_rows():
+    rows = torch.randn(300, 16)
+    h = torch.randn(4, 16)
+    with torch.inference_mode():
+        torch.testing.assert_close(PackedLinear.from_rows(rows)(h), h @ rows.T, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_linear_falls_back_to_autograd_when_training():
+    lin = nn.Linear(8, 3)
+    packed = PackedLinear(lin)
+    x = torch.randn(5, 8, requires_grad=True)
+    packed(x).sum().backward()
+    assert lin.weight.grad is not None and x.grad is not None  # the original Parameter got the gradient
+    torch.testing.assert_close(lin.weight.grad, x.detach().sum(0).expand(3, 8))
+
+
+def test_pack_linears_keeps_tied_weights_and_state_dict():
+    target, _ = _tiny()
+    keys = set(target.state_dict())
+    n_linear = sum(isinstance(m, nn.Linear) for m in target.modules())
+    assert pack_linears(target) == n_linear > 0
+    assert pack_linears(target) == 0  # idempotent
+    assert not any(isinstance(m, nn.Linear) for m in target.modules())
+    out_emb = target.get_output_embeddings()
+    assert isinstance(out_emb, PackedLinear)
+    if target.config.tie_word_embeddings:
+        assert out_emb.weight is target.get_input_embeddings().weight
+    assert set(target.state_dict()) == keys  # the packed copy is a non-persistent buffer
+
+
+def test_pack_linears_leaves_other_dtypes_alone():
+    model = nn.Sequential(nn.Linear(4, 4).to(torch.float64), nn.Linear(4, 4).to(torch.bfloat16))
+    assert pack_linears(model) == 0
+    assert all(isinstance(m, nn.Linear) for m in model)
+
+
+def test_engine_packs_the_pair_and_gives_the_baselines_the_packed_lm_head():
+    target, head = _tiny(2)
+    frequent = torch.randperm(512, generator=torch.Generator().manual_seed(0))
+    engine = SpecEngine(target, None, head, frequent_ids=frequent, eos_token_ids=[])
+    assert engine.packed_linears == sum(isinstance(m, PackedLinear) for m in [*target.modules(), *head.modules()])
+    full = engine._vocab(GenerationConfig.build("full"))
+    static = engine._vocab(GenerationConfig.build("static", static_size=128))
+    assert isinstance(full, FullVocab) and full.project is target.get_output_embeddings()
+    assert isinstance(static, ActiveVocab) and static._fixed is not None
+    h = torch.randn(3, target.config.hidden_size)
+    with torch.inference_mode():
+        torch.testing.assert_close(full.logits(h), h @ engine.lm_head_weight.T, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(static.logits(h), h @ engine.lm_head_weight[frequent[:128]].T,
+                                   rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_greedy_lossless_with_and_without_packing(pack):
+    target, head = _tiny(4)
+    frequent = torch.randperm(512, generator=torch.Generator().manual_seed(1))
+    engine = SpecEngine(target, None, head, frequent_ids=frequent, eos_token_ids=[], pack_linears=pack)
+    assert (engine.packed_linears > 0) == pack
+    g = torch.Generator().manual_seed(5)
+    for _ in range(4):
+        prompt = torch.randint(0, 512, (9,), generator=g).tolist() * 2
+        ref = engine.generate(prompt, method="ar", max_new_tokens=16)
+        for method in (m for m in METHODS if m != "ar"):
+            out = engine.generate(prompt, method=method, max_new_tokens=16, depth=3, top_k=3, total_tokens=8,
+                                  capacity=64, static_size=256, core_size=32)
+            assert out.token_ids == ref.token_ids, f"{method} (pack={pack}) diverged"
