@@ -46,16 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-index", type=int, default=4, help="index into the held-out prompts")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--sizes", default="1,4,12,24", help="forward sizes in tokens")
+    ap.add_argument("--no-pack", action="store_true", help="PyTorch's default fp32 CPU linear kernel (see cpu_linear.py)")
     a = ap.parse_args(argv)
 
-    engine, info = load_pair()
+    engine, info = load_pair(pack_linears=not a.no_pack)
     item = load_prompts(split="heldout")[a.prompt_index]
     messages = prompt_messages(item)
     ids = torch.tensor([engine._prompt_ids(messages)], device=engine.device)
     sizes = [int(s) for s in a.sizes.split(",")]
     if max(sizes) > ids.shape[1]:
         raise SystemExit(f"--sizes: the prompt has only {ids.shape[1]} tokens")
-    print(f"{info.target} on {info.device} ({info.dtype}), {torch.get_num_threads()} threads; prompt {item['id']}")
+    print(f"{info.target} on {info.device} ({info.dtype}), {torch.get_num_threads()} threads, "
+          f"{engine.packed_linears} packed linears; prompt {item['id']}")
     for n in sizes:
         print(f"  one forward over {n:3d} tokens: {forward_ms(engine.model, ids, n):7.1f} ms")
     engine.generate(messages, method=a.method, max_new_tokens=4)  # warm-up

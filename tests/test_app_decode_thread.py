@@ -9,9 +9,11 @@ import threading
 import time
 from pathlib import Path
 
+import gradio as gr
 import pytest
 
-from app.callbacks import StepPump
+from app.callbacks import Explorer, StepPump, decode_thread
+from app.models import EngineProvider, tiny_loader
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,3 +77,45 @@ def test_server_threads_get_lower_priority_than_the_decode_thread():
     before, main, decode, server = map(int, out.stdout.split())
     assert decode == before                      # decoding keeps the normal priority
     assert main == server == min(19, before + 5)  # the caller and every thread it starts later yield to it
+
+
+def test_decode_thread_call_returns_results_and_raises_errors():
+    seen = []
+    assert decode_thread().call(lambda: threading.current_thread().name, lambda: seen.append(1)) == "nanospec-decode"
+    assert seen  # the waiting side ran its callback at least once (after the result)
+    with pytest.raises(ValueError, match="bad"):
+        decode_thread().call(lambda: (_ for _ in ()).throw(ValueError("bad")))
+
+
+def test_the_model_loads_on_the_decode_thread_with_progress_shown_by_the_caller():
+    """Loading computes; on CPU the first thread to compute owns an OpenMP team, so it must be the thread
+    that decodes (see `Explorer._engine`). Progress messages still reach the caller's progress bar."""
+    where, shown = {}, []
+    tiny = tiny_loader()
+
+    def loader(progress):
+        where["thread"] = threading.current_thread().name
+        return tiny(progress)
+
+    explorer = Explorer(EngineProvider(loader))
+    engine, _ = explorer._engine(lambda fraction, desc=None: shown.append((fraction, desc)))
+    assert where["thread"] == "nanospec-decode"
+    assert threading.current_thread().name != "nanospec-decode"
+    assert (0.5, "building a tiny random model") in shown
+    assert explorer._engine(lambda *a, **k: shown.append("again"))[0] is engine and "again" not in shown
+
+
+def test_a_failed_load_becomes_a_page_error_and_the_next_call_retries():
+    calls = []
+
+    def loader(progress):
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            raise OSError("disk full")
+        return tiny_loader()(progress)
+
+    explorer = Explorer(EngineProvider(loader))
+    with pytest.raises(gr.Error, match="the model failed to load: disk full"):
+        explorer._engine(lambda *a, **k: None)
+    assert explorer._engine(lambda *a, **k: None)[0] is not None
+    assert calls == ["nanospec-decode", "nanospec-decode"]
