@@ -202,9 +202,8 @@ class Explorer:
         Loading computes (weight conversion, packing), and on CPU the first thread to compute with torch
         starts a team of OpenMP worker threads that lives as long as that thread. Had a callback thread
         loaded the model, the decode thread would start a second team: more OpenMP threads than cores,
-        which makes libgomp's workers sleep instead of spin between operations. Measured through the app
-        (64 tokens, `nanospec`): 7.3 tok/s with the load on a callback thread against ~10 with it on the
-        decode thread, the same as the engine alone."""
+        which makes libgomp's workers sleep instead of spin between operations: `python -m app.bench_app`
+        measured the app at 0.77x the engine's tokens/s that way, and 0.87-0.92x with this (README)."""
         loaded = self.provider.loaded
         if loaded is not None:
             return loaded
