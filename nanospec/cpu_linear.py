@@ -9,7 +9,7 @@ That gap is what makes verifying a tree cost about twice a one-token step here.
 
 `pack_linears(module)` swaps every `nn.Linear` inside a module for a `PackedLinear` that keeps the
 original weight (so code that reads `.weight` -- tied embeddings, the drafter's LM-head rows --
-sees the same tensor) and adds the packed copy. Only fp32 on CPU, only where the oneDNN ops exist,
+sees the same tensor) and adds the packed copy. Only fp32 on an x86-64 CPU, only where the oneDNN ops exist,
 and only for inference: with autograd recording it falls back to `F.linear`. Results equal
 `F.linear`'s up to float rounding (a different summation order), like any change of BLAS kernel.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import platform
 import statistics
 import time
 
@@ -28,8 +29,9 @@ import torch.nn.functional as F
 
 @functools.cache
 def onednn_linear_available() -> bool:
-    """True when this torch build has oneDNN's packed-weight linear ops (x86 and Arm CPU builds do)."""
-    if not torch.backends.mkldnn.is_available():
+    """True when this torch build has oneDNN's packed-weight linear ops, on x86-64 (where it was measured;
+    on Arm, e.g. Apple silicon, PyTorch's default BLAS path is left alone)."""
+    if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
         return False
     try:
         w = torch.ones(4, 8)
