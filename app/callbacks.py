@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FuturesTimeout
+from concurrent.futures import wait as futures_wait
 from dataclasses import asdict
 from pathlib import Path
 
@@ -90,15 +90,11 @@ class DecodeThread:
 
         self.submit(job)
         while True:
-            try:
-                result = done.result(timeout=poll_s)
-            except FuturesTimeout:
-                if while_waiting is not None:
-                    while_waiting()
-                continue
+            finished = bool(futures_wait([done], timeout=poll_s).done)
             if while_waiting is not None:
-                while_waiting()
-            return result
+                while_waiting()  # also once after the end, so nothing reported late is lost
+            if finished:
+                return done.result()
 
 
 _decode_thread: DecodeThread | None = None

@@ -1,11 +1,12 @@
 """Linear layers with weights pre-packed once for oneDNN: the fast fp32 CPU path for decoding.
 
 PyTorch's default fp32 `F.linear` on CPU goes to MKL's sgemm, which re-packs the weight on every
-call. For the few rows a decoding step or a verification tree feeds (1 to ~24), that repacking
+call. For the few rows a verification tree or a draft level feeds (4 to ~24), that repacking
 dominates: on this project's 2-core development machine one sweep of 30 SmolLM2 MLP projections
-(1536x576) took ~35 ms for 12 rows with `F.linear` against ~17 ms with a weight packed once for
-oneDNN, and ~19 vs ~13 ms for one row (`python -m nanospec.cpu_linear` prints these numbers).
-That gap is what makes verifying a tree cost about twice a one-token step here.
+(1536x576) took 25-35 ms for 12 rows with `F.linear` against ~17 ms with a weight packed once for
+oneDNN; one row costs about the same either way (`python -m nanospec.cpu_linear` prints these
+numbers; the README has a run). That gap was much of why verifying a tree cost nearly twice a
+one-token step here.
 
 `pack_linears(module)` swaps every `nn.Linear` inside a module for a `PackedLinear` that keeps the
 original weight (so code that reads `.weight` -- tied embeddings, the drafter's LM-head rows --
@@ -79,8 +80,8 @@ class PackedLinear(nn.Module):
 
 
 def pack_linears(module: nn.Module) -> int:
-    """Replace, in place, every fp32 CPU `nn.Linear` under `module` (or `module` itself) with a
-    `PackedLinear`; returns how many were replaced. Idempotent; a no-op elsewhere."""
+    """Replace, in place, every fp32 CPU `nn.Linear` below `module` (its descendants, not `module`
+    itself) with a `PackedLinear`; returns how many were replaced. Idempotent; a no-op elsewhere."""
     count = 0
     for name, child in list(module.named_children()):
         if isinstance(child, nn.Linear):
