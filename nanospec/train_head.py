@@ -12,9 +12,11 @@ Pipeline (each phase a function; the data phases cache under ``$NANOSPEC_CACHE/t
    SmoothL1 on the feature plus cross-entropy against the target's distribution restricted to a
    sampled vocabulary (the batch's tokens + the most frequent ids), the NanoSpec idea applied to
    the loss: a full-vocabulary softmax would cost ~10x the rest of the step on a CPU.
-   Then ``--unroll-epochs`` more epochs (``unroll=True``) also train the second drafting step on the
-   head's own predicted feature (``two_step_forward``), the input it gets at tree depth 2, where
-   noise alone prepares it poorly; the one-step head is kept in the cache for comparison.
+   Then ``--unroll-epochs`` more epochs also train the later drafting steps (``--unroll-steps``:
+   2 = depth 2) on the head's own predicted features (``unrolled_forward``), the input it gets
+   deeper in the tree, where noise alone prepares it poorly; the one-step head is kept in the
+   cache for comparison. ``--init-head`` starts from a saved head instead (e.g. that one-step
+   head, with ``--epochs 0``).
 4. ``evaluate_tau`` - held-out τ with the real engine (`method="full"`), checked against `ar`.
 """
 
@@ -32,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .head import EagleHead, head_config_from_target, save_head
+from .head import EagleHead, head_config_from_target, load_head, save_head
 from .kv import new_cache
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "assets" / "heads" / "smollm2-135m-eagle"
@@ -210,48 +212,61 @@ def collate(samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 def head_loss(head: EagleHead, embed: torch.nn.Module, lm_weight: torch.Tensor, ids: torch.Tensor,
               feats: torch.Tensor, mask: torch.Tensor, vocab_ids: torch.Tensor, noise: float,
-              token_weight: float, unroll: bool = False) -> tuple[torch.Tensor, dict]:
+              token_weight: float, steps: int = 1) -> tuple[torch.Tensor, dict]:
     """EAGLE loss on one batch. Position t reads (x[t+1], f[t]) and predicts f[t+1].
 
-    `unroll` adds a second drafting step, as the head runs at tree depth 2: position t+1 reads
-    (x[t+2], the head's own prediction of f[t+1]) and predicts f[t+2], attending to the first pass's
-    keys at positions <= t (true features, as the head's KV cache holds them while drafting) and to
-    itself. The gradient flows through the first pass's prediction."""
+    `steps` > 1 adds the head's later drafting steps, as it runs at tree depth 2, 3, ...: step j at
+    position t+j-1 reads (x[t+j], the head's own step-(j-1) prediction of f[t+j-1]) and predicts
+    f[t+j], attending to the first pass's keys at positions <= t (true features, as the head's KV
+    cache holds them while drafting), to its own earlier steps' keys on that chain and to itself
+    (`unrolled_forward`). The gradient flows through the earlier steps' predictions. Each step's
+    loss counts once."""
     b, t = feats.shape[:2]
     x_next = ids[:, 1:]                                                   # [B, T] tokens x[t+1]
     f_in = feats + (torch.rand_like(feats) * 2 - 1) * noise if noise > 0 else feats
     with torch.no_grad():
         emb = embed(x_next).float()
     w = lm_weight[vocab_ids].float()                                      # [S, H] sampled LM-head rows
-    if not unroll or t < 3:
+    steps = min(steps, t - 1)
+    if steps <= 1:
         pos = torch.arange(t)[None].expand(b, t)
         causal = torch.ones(t, t, dtype=torch.bool).tril()[None, None]   # [1, 1, T, T]
         pred = head(emb, f_in, pos, None, causal)                         # [B, T, H]
         return _feature_token_loss(pred[:, :-1][mask], feats[:, 1:][mask], w, token_weight)
     with torch.no_grad():
-        emb2 = embed(ids[:, 2:]).float()                                  # [B, T-1] tokens x[t+2]
-    pred, pred2 = two_step_forward(head, emb, f_in, emb2)
-    loss, stats = _feature_token_loss(pred[:, :-1][mask], feats[:, 1:][mask], w, token_weight)
-    mask2 = mask[:, 1:]                                                   # where f[t+2] is a training target
-    loss2, stats2 = _feature_token_loss(pred2[:, :-1][mask2], feats[:, 2:][mask2], w, token_weight)
-    return loss + loss2, {**stats, "acc2": stats2["acc"], "n2": stats2["n"]}
+        later = [embed(ids[:, j:]).float() for j in range(2, steps + 1)]  # step j reads x[t+j]
+    preds = unrolled_forward(head, [emb] + later, f_in)
+    loss, stats = _feature_token_loss(preds[0][:, :-1][mask], feats[:, 1:][mask], w, token_weight)
+    for j, pred in enumerate(preds[1:], start=2):
+        m = mask[:, j - 1:]                                               # where f[t+j] is a training target
+        if not m.any():
+            break
+        loss_j, stats_j = _feature_token_loss(pred[:, :-1][m], feats[:, j:][m], w, token_weight)
+        loss = loss + loss_j
+        stats[f"acc{j}"], stats[f"n{j}"] = stats_j["acc"], stats_j["n"]
+    return loss, stats
 
 
-def two_step_forward(head: EagleHead, emb: torch.Tensor, features: torch.Tensor, emb2: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """First pass over all positions, then the second drafting step at every position at once.
+def unrolled_forward(head: EagleHead, embs: list[torch.Tensor], features: torch.Tensor) -> list[torch.Tensor]:
+    """The head's drafting steps 1..k at every position at once, with one KV cache.
 
-    emb [B, T, H] = embed(x[t+1]), features [B, T, H] = f[t], emb2 [B, T-1, H] = embed(x[t+2]).
-    Returns pred [B, T, H] (f^[t+1]) and pred2 [B, T-1, H] (f^[t+2] from (x[t+2], f^[t+1]) at position t+1,
-    which sees the first pass's keys at positions 0..t and itself)."""
+    embs[0] [B, T, H] = embed(x[t+1]) and features [B, T, H] = f[t] feed step 1 at positions 0..T-1;
+    embs[j-1] [B, T-j+1, H] = embed(x[t+j]) feeds step j at positions j-1..T-1, whose input feature
+    is step j-1's prediction one position earlier. Row r of step j (position p = r+j-1, drafted from
+    the true prefix 0..r) sees step 1's keys 0..r, row r of every step between, and itself: exactly
+    the keys the head's cache holds when it drafts depth j of a tree rooted after position r.
+    Returns [pred_1 [B, T, H] (f^[t+1]), pred_2 [B, T-1, H] (f^[t+2]), ...]."""
     b, t = features.shape[:2]
-    pos = torch.arange(t, device=features.device)[None].expand(b, t)
+    dev = features.device
+    pos = torch.arange(t, device=dev)[None].expand(b, t)
     cache = new_cache()
-    pred = head(emb, features, pos, cache, torch.ones(t, t, dtype=torch.bool, device=features.device).tril()[None, None])
-    seen = torch.ones(t - 1, t, dtype=torch.bool, device=features.device).tril()   # row t: first-pass keys 0..t
-    own = torch.eye(t - 1, dtype=torch.bool, device=features.device)               # and its own key
-    pred2 = head(emb2, pred[:, :-1], pos[:, 1:], cache, torch.cat([seen, own], dim=1)[None, None])
-    return pred, pred2
+    preds = [head(embs[0], features, pos, cache, torch.ones(t, t, dtype=torch.bool, device=dev).tril()[None, None])]
+    for j in range(2, len(embs) + 1):
+        rows = t - j + 1
+        blocks = [torch.ones(rows, t, dtype=torch.bool, device=dev).tril()]            # step 1: keys 0..r
+        blocks += [torch.eye(rows, t - i + 1, dtype=torch.bool, device=dev) for i in range(2, j + 1)]  # steps 2..j
+        preds.append(head(embs[j - 1], preds[-1][:, :-1], pos[:, j - 1:], cache, torch.cat(blocks, dim=1)[None, None]))
+    return preds
 
 
 def _feature_token_loss(p: torch.Tensor, target: torch.Tensor, w: torch.Tensor, token_weight: float
@@ -299,7 +314,7 @@ def full_vocab_accuracy(head: EagleHead, embed, lm_weight, samples: list[Sample]
 
 def train(head: EagleHead, target, samples: list[Sample], val: list[Sample], frequent: torch.Tensor, *,
           epochs: int, lr: float, batch_tokens: int, noise: float, token_weight: float, seed: int,
-          progress: bool = True, unroll: bool = False) -> dict:
+          progress: bool = True, unroll: int = 1) -> dict:
     from tqdm import tqdm
 
     rng = random.Random(seed)
@@ -314,16 +329,16 @@ def train(head: EagleHead, target, samples: list[Sample], val: list[Sample], fre
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
     history, step = [], 0
-    bar = tqdm(total=total, desc="train head (2-step unroll)" if unroll else "train head", disable=not progress)
+    bar = tqdm(total=total, desc=f"train head ({unroll}-step unroll)" if unroll > 1 else "train head", disable=not progress)
     for epoch, batches in enumerate(plan):
-        sums = {"reg": 0.0, "tok": 0.0, "acc": 0.0, "n": 0, "acc2": 0.0, "n2": 0}
+        sums = {"reg": 0.0, "tok": 0.0, "acc": 0.0, "n": 0}
         for batch in batches:
             ids, feats, mask = collate([samples[j] for j in batch])
             if not mask.any():
                 bar.update(1)
                 continue
             loss, stats = head_loss(head, embed, lm_weight, ids, feats, mask, sampled_vocab(ids, frequent),
-                                    scale, token_weight, unroll=unroll)
+                                    scale, token_weight, steps=unroll)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), 0.5)
@@ -333,16 +348,18 @@ def train(head: EagleHead, target, samples: list[Sample], val: list[Sample], fre
             for k in ("reg", "tok", "acc"):
                 sums[k] += stats[k] * stats["n"]
             sums["n"] += stats["n"]
-            if "acc2" in stats:
-                sums["acc2"] += stats["acc2"] * stats["n2"]
-                sums["n2"] += stats["n2"]
+            for j in range(2, unroll + 1):
+                if f"acc{j}" in stats:
+                    sums[f"acc{j}"] = sums.get(f"acc{j}", 0.0) + stats[f"acc{j}"] * stats[f"n{j}"]
+                    sums[f"n{j}"] = sums.get(f"n{j}", 0) + stats[f"n{j}"]
             bar.update(1)
             bar.set_postfix(reg=f"{stats['reg']:.3f}", tok=f"{stats['tok']:.2f}", acc=f"{stats['acc']:.2f}")
         n = max(sums["n"], 1)
         row = {"epoch": epoch + 1, "reg": sums["reg"] / n, "tok": sums["tok"] / n, "acc": sums["acc"] / n,
                "val_top1": full_vocab_accuracy(head, embed, lm_weight, val) if val else None}
-        if sums["n2"]:
-            row["acc2"] = sums["acc2"] / sums["n2"]   # training top-1 (sampled vocabulary) of the second step
+        for j in range(2, unroll + 1):
+            if sums.get(f"n{j}"):
+                row[f"acc{j}"] = sums[f"acc{j}"] / sums[f"n{j}"]  # training top-1 (sampled vocabulary) of step j
         history.append(row)
         bar.write(json.dumps(row))
     bar.close()
@@ -423,6 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="then this many epochs that also train a second drafting step on the head's own "
                         "predicted feature (tree depth 2), with their own warm-up and cosine schedule")
     p.add_argument("--unroll-lr", type=float, default=3e-4)
+    p.add_argument("--unroll-steps", type=int, default=2,
+                   help="drafting steps trained in the unrolled epochs (2 = depth 2, 3 = depth 3)")
+    p.add_argument("--init-head", default=None,
+                   help="start from this saved head (EAGLE layout) instead of the target-initialised one; "
+                        "allows --epochs 0")
     p.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per training step")
     p.add_argument("--prompt-loss", type=int, default=1,
                    help="1: also train on prompt positions (more data; the held-out prompts are never used)")
@@ -469,10 +491,12 @@ def _frequent_ids(n: int, vocab: int) -> torch.Tensor:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if (min(args.instructions, args.open_instructions, args.open_rounds, args.unroll_epochs) < 0 or args.epochs < 1
-            or args.max_new_tokens < 2):
+    if (min(args.instructions, args.open_instructions, args.open_rounds, args.unroll_epochs) < 0
+            or args.epochs < (0 if args.init_head else 1) or args.max_new_tokens < 2 or args.unroll_steps < 2):
         raise ValueError("--instructions, --open-instructions, --open-rounds and --unroll-epochs must be >= 0, "
-                         "--epochs >= 1 and --max-new-tokens >= 2")
+                         "--epochs >= 1 (>= 0 with --init-head), --unroll-steps >= 2 and --max-new-tokens >= 2")
+    if args.init_head and not (Path(args.init_head) / "config.json").is_file():
+        raise FileNotFoundError(f"--init-head: no head (config.json) in {args.init_head}")
     settings = parse_settings(args.eval) if args.eval else []
     torch.set_num_threads(args.threads)
     show = not args.no_progress
@@ -529,19 +553,25 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(text)} text chunks ({sum(len(s.ids) for s in text)} tokens); {n_val} answers held for validation")
 
     t0 = time.perf_counter()
-    head = init_head_from_target(target, args.seed)
+    if args.init_head:
+        head = load_head(args.init_head, target=target, dtype=torch.float32).train().requires_grad_(True)
+    else:
+        head = init_head_from_target(target, args.seed)
     frequent = _frequent_ids(args.frequent, target.config.vocab_size)
-    stats = train(head, target, train_set, val, frequent, epochs=args.epochs, lr=args.lr,
-                  batch_tokens=args.batch_tokens, noise=args.noise, token_weight=args.token_weight,
-                  seed=args.seed, progress=show)
+    stats = {"steps": 0, "history": []}
+    if args.epochs:
+        stats = train(head, target, train_set, val, frequent, epochs=args.epochs, lr=args.lr,
+                      batch_tokens=args.batch_tokens, noise=args.noise, token_weight=args.token_weight,
+                      seed=args.seed, progress=show)
     times["train_s"] = time.perf_counter() - t0
-    if args.unroll_epochs:
+    if args.unroll_epochs and args.epochs:
         # the one-step head too, for comparison (it is what --unroll-epochs 0 would ship)
         save_head(head.eval(), cache / "head-one-step", dtype=torch.float16)
+    if args.unroll_epochs:
         t0 = time.perf_counter()
         unrolled = train(head.train(), target, train_set, val, frequent, epochs=args.unroll_epochs, lr=args.unroll_lr,
                          batch_tokens=args.batch_tokens, noise=args.noise, token_weight=args.token_weight,
-                         seed=args.seed + 1, progress=show, unroll=True)
+                         seed=args.seed + 1, progress=show, unroll=args.unroll_steps)
         times["unroll_train_s"] = time.perf_counter() - t0
         stats = {"steps": stats["steps"] + unrolled["steps"], "history": stats["history"] + unrolled["history"]}
     out = save_head(head.eval(), args.out, dtype=torch.float16)

@@ -14,7 +14,7 @@ from nanospec.open_instructions import make_open_instructions
 from nanospec.prompts import load_prompts, prompt_messages
 from nanospec.random_pair import random_target, random_target_config
 from nanospec.train_head import (Sample, answer_samples, collate, head_loss, init_head_from_target, make_batches,
-                                 parse_settings, sampled_vocab, teacher_forced_samples, train, two_step_forward)
+                                 parse_settings, sampled_vocab, teacher_forced_samples, train, unrolled_forward)
 
 VOCAB, HIDDEN = 512, 64
 
@@ -100,9 +100,10 @@ def test_a_few_steps_reduce_the_loss(tiny_target, tiny_samples):
     assert after.item() < 0.95 * before.item()
 
 
-def test_two_step_forward_matches_drafting_with_a_cache(tiny_target, tiny_samples):
-    """The second pass equals what the head computes at tree depth 2: after the true prefix 0..t is in
-    its KV cache, the query (x[t+2], its own f^[t+1]) at position t+1 attends to the cache and itself."""
+def test_unrolled_forward_matches_drafting_with_a_cache(tiny_target, tiny_samples):
+    """Each step equals what the head computes at that tree depth: after the true prefix 0..t is in its
+    KV cache, depth 2 is the query (x[t+2], its own f^[t+1]) at position t+1, attending to the cache and
+    itself; depth 3 is (x[t+3], f^[t+2]) at position t+2, attending to the cache, depth 2 and itself."""
     torch.manual_seed(0)
     head = init_head_from_target(tiny_target)
     with torch.no_grad():                 # leave the identity init, or f^[t+1] would just equal f[t]
@@ -112,32 +113,51 @@ def test_two_step_forward_matches_drafting_with_a_cache(tiny_target, tiny_sample
     ids, feats, _ = collate(tiny_samples[:2])
     t = feats.shape[1]
     with torch.no_grad():
-        emb, emb2 = embed(ids[:, 1:]), embed(ids[:, 2:])
-        pred, pred2 = two_step_forward(head, emb, feats, emb2)
+        embs = [embed(ids[:, j:]) for j in (1, 2, 3)]
+        pred, pred2, pred3 = unrolled_forward(head, embs, feats)
+        assert pred.shape[1] == t and pred2.shape[1] == t - 1 and pred3.shape[1] == t - 2
+        two = unrolled_forward(head, embs[:2], feats)        # fewer steps: the same first two
+        torch.testing.assert_close(two[1], pred2)
         for row in range(2):
-            for i in (0, 3, t - 2):
+            for i in (0, 3, t - 3):
                 cache = new_cache()
-                prefix = head(emb[row:row + 1, :i + 1], feats[row:row + 1, :i + 1], torch.arange(i + 1)[None], cache,
-                              torch.ones(i + 1, i + 1, dtype=torch.bool).tril()[None, None])
+                prefix = head(embs[0][row:row + 1, :i + 1], feats[row:row + 1, :i + 1], torch.arange(i + 1)[None],
+                              cache, torch.ones(i + 1, i + 1, dtype=torch.bool).tril()[None, None])
                 torch.testing.assert_close(prefix[0, -1], pred[row, i], atol=1e-5, rtol=1e-5)
-                step2 = head(emb2[row:row + 1, i:i + 1], prefix[:, -1:], torch.tensor([[i + 1]]), cache,
+                step2 = head(embs[1][row:row + 1, i:i + 1], prefix[:, -1:], torch.tensor([[i + 1]]), cache,
                              torch.ones(1, i + 2, dtype=torch.bool)[None, None])
                 torch.testing.assert_close(step2[0, 0], pred2[row, i], atol=1e-5, rtol=1e-5)
+                step3 = head(embs[2][row:row + 1, i:i + 1], step2, torch.tensor([[i + 2]]), cache,
+                             torch.ones(1, i + 3, dtype=torch.bool)[None, None])
+                torch.testing.assert_close(step3[0, 0], pred3[row, i], atol=1e-5, rtol=1e-5)
 
 
 def test_unrolled_training_reduces_the_two_step_loss(tiny_target, tiny_samples):
     embed, lm, frequent, ids, feats, mask, vocab = _loss_inputs(tiny_target, tiny_samples)
     head = init_head_from_target(tiny_target)
     with torch.no_grad():
-        before, plain = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5, unroll=True)
+        before, plain = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5, steps=2)
         one_step, _ = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5)
     assert "acc2" in plain and plain["n2"] > 0 and before.item() > one_step.item()  # the second step adds a loss
     stats = train(head, tiny_target, tiny_samples, tiny_samples[:2], frequent, epochs=3, lr=1e-2,
-                  batch_tokens=64, noise=0.1, token_weight=0.5, seed=0, progress=False, unroll=True)
+                  batch_tokens=64, noise=0.1, token_weight=0.5, seed=0, progress=False, unroll=2)
     with torch.no_grad():
-        after, _ = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5, unroll=True)
+        after, _ = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5, steps=2)
     assert all("acc2" in row for row in stats["history"])
     assert after.item() < 0.95 * before.item()
+    with torch.no_grad():
+        three, stats3 = head_loss(head, embed, lm, ids, feats, mask, vocab, 0.0, 0.5, steps=3)
+    assert stats3["n3"] > 0 and 0.0 <= stats3["acc3"] <= 1.0 and three.item() > after.item()  # depth 3 adds a loss
+
+
+def test_cli_rejects_zero_epochs_without_an_init_head(tmp_path):
+    from nanospec.train_head import main
+    with pytest.raises(ValueError, match="--epochs >= 1"):
+        main(["--epochs", "0", "--out", str(tmp_path / "h")])
+    with pytest.raises(ValueError, match="--unroll-steps"):
+        main(["--unroll-steps", "1", "--out", str(tmp_path / "h")])
+    with pytest.raises(FileNotFoundError, match="--init-head"):
+        main(["--epochs", "0", "--init-head", str(tmp_path / "missing"), "--out", str(tmp_path / "h")])
 
 
 def test_save_load_round_trip(tmp_path, tiny_target):
