@@ -90,15 +90,17 @@ def cmd_generate(a) -> int:
 
 
 def cmd_compare(a) -> int:
-    from .bench import compare, format_table, peak_memory_mb
+    from .bench import by_category, compare, format_by_category, format_table, peak_memory_mb, resident_split_mb
+    from .prompts import load_prompts
     engine, info = _load(a)
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise ValueError(f"--methods: unknown {bad}; allowed: {', '.join(METHODS)}")
     prompts = _read_prompts(a.prompts, a.split)
+    categories = [item.get("category", "-") for item in load_prompts(a.prompts, split=a.split)]
     if a.limit:
-        prompts = prompts[: a.limit]
+        prompts, categories = prompts[: a.limit], categories[: a.limit]
     table = compare(engine, prompts, methods, _decode_options(a), prompt_lookup=a.prompt_lookup,
                     progress=_prompt_progress, repeat=a.repeat)
     print(file=sys.stderr)
@@ -107,7 +109,14 @@ def cmd_compare(a) -> int:
           f"max_new_tokens {a.max_new_tokens} | tree depth {a.depth} top_k {a.top_k} total {a.total_tokens} | "
           f"temperature {a.temperature}")
     print(format_table(table))
+    if len(set(categories)) > 1:
+        print("\nby prompt category:")
+        print(format_by_category(by_category(table, categories), [r["method"] for r in table if r["method"] != "ar"]))
     print(f"peak memory (RSS): {peak_memory_mb():.0f} MB")
+    split = resident_split_mb()
+    if split:
+        print(f"resident now: {split['rss']:.0f} MB = {split['anon']:.0f} MB anonymous + {split['file']:.0f} MB "
+              "file-backed (mostly the model's safetensors, mapped by transformers: page cache, reclaimable)")
     return _save_and_check(table, a)
 
 

@@ -3,7 +3,8 @@
 Methods run interleaved per prompt (ar, full, static, nanospec, hybrid, ...), after one warm-up
 generation each, so machine noise hits all of them alike. Speedup is the median over prompts of
 (method tokens/s / ar tokens/s on that prompt); tokens/s and per-step times are medians over
-prompts; τ, mean active size and coverage pool every step.
+prompts; τ, mean active size and coverage pool every step. Each row also keeps τ and speedup
+per prompt (`per_prompt_tau`, `per_prompt_speedup`) for the JSON.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import resource
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -30,6 +32,7 @@ class MethodRows:
     draft_ms: list[float]
     lm_head_ms: list[float]
     outputs: list[list[int]]
+    taus: list[float] = dataclasses.field(default_factory=list)  # per prompt (and repeat)
     steps: int = 0
     emitted: int = 0
     active_sum: float = 0.0
@@ -88,8 +91,10 @@ def _record(row: MethodRows, result) -> None:
     row.draft_ms.append(s.draft_ms_per_step)
     row.lm_head_ms.append(s.lm_head_ms_per_step)
     row.outputs.append(s.output_ids)
+    emitted = sum(e.n_emitted for e in decode)
+    row.taus.append(emitted / len(decode) if decode else 1.0)
     row.steps += len(decode)
-    row.emitted += sum(e.n_emitted for e in decode)
+    row.emitted += emitted
     row.active_sum += sum(e.active_size for e in decode)
     row.new_tokens += s.new_tokens
     for e in decode:
@@ -143,13 +148,64 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
             "identical_to_ar": identical,
             "n_prompts": len(r.outputs),
             "new_tokens": r.new_tokens,
+            # per prompt, in prompt order, once per repeat (index i is prompt i % n_prompts)
+            "per_prompt_tau": r.taus if r.taus else None,
+            "per_prompt_speedup": speedups,
         })
     return table
+
+
+def by_category(table: list[dict], categories: list[str]) -> list[dict]:
+    """τ (mean of the per-prompt τ) and speedup (median of the per-prompt ratios) of every method per
+    prompt category; `categories[i]` is prompt i's. One dict per category, in first-seen order."""
+    n = len(categories)
+    out = []
+    for cat in dict.fromkeys(categories):
+        row: dict = {"category": cat, "n_prompts": categories.count(cat)}
+        for r in table:
+            picks = [i for i in range(len(r["per_prompt_speedup"])) if categories[i % n] == cat]
+            taus = r["per_prompt_tau"] or []
+            row[r["method"]] = {
+                "tau": statistics.fmean(taus[i] for i in picks) if taus else None,
+                "speedup": _median([r["per_prompt_speedup"][i] for i in picks]),
+            }
+        out.append(row)
+    return out
+
+
+def format_by_category(rows: list[dict], methods: list[str]) -> str:
+    head = f"{'category':<19}" + "".join(f"{m[:16]:>18}" for m in methods)
+    lines = [head + "    (tau / speedup vs ar)", "-" * len(head)]
+    for row in rows:
+        cells = []
+        for m in methods:
+            tau, sp = row[m]["tau"], row[m]["speedup"]
+            cells.append(f"{'-' if tau is None else f'{tau:.2f}':>10} {sp:5.2f}x ")
+        lines.append(f"{row['category'] + ' (' + str(row['n_prompts']) + ')':<19}" + "".join(cells))
+    return "\n".join(lines)
 
 
 def peak_memory_mb() -> float:
     """Peak resident memory of this process (Linux ru_maxrss is in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def resident_split_mb(status: str | None = None) -> dict[str, float] | None:
+    """Resident memory now, split into anonymous (tensors, allocator) and file-backed pages (mapped
+    files: the model's safetensors, which transformers maps rather than copies, and libraries),
+    from Linux's /proc/self/status; None where that is not available. File-backed pages are page
+    cache: shared, and the kernel can drop them under memory pressure."""
+    if status is None:
+        try:
+            status = Path("/proc/self/status").read_text()
+        except OSError:
+            return None
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    try:
+        return {key: int(fields[name].split()[0]) / 1024
+                for key, name in (("rss", "VmRSS"), ("anon", "RssAnon"), ("file", "RssFile"))}
+    except (KeyError, ValueError, IndexError):
+        return None
 
 
 def format_table(table: list[dict]) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from nanospec.bench import compare, format_table, sweep
+import pytest
+
+from nanospec.bench import by_category, compare, format_by_category, format_table, resident_split_mb, sweep
 
 
 def test_compare_runs_every_method_against_ar(engine, prompts):
@@ -13,6 +15,10 @@ def test_compare_runs_every_method_against_ar(engine, prompts):
     assert ar["tau"] == 1.0 and ar["mean_active"] is None
     assert 0 < nano["mean_active"] < engine.vocab_size and nano["tau"] >= 1.0
     assert "nanospec" in format_table(table)
+    assert ar["per_prompt_speedup"] == [1.0, 1.0] and ar["per_prompt_tau"] == [1.0, 1.0]
+    assert len(nano["per_prompt_tau"]) == 2 and min(nano["per_prompt_tau"]) >= 1.0
+    # the pooled τ lies between the per-prompt ones
+    assert min(nano["per_prompt_tau"]) <= nano["tau"] <= max(nano["per_prompt_tau"])
 
 
 def test_sweep_labels_each_tree_setting(engine, prompts):
@@ -23,3 +29,27 @@ def test_sweep_labels_each_tree_setting(engine, prompts):
     # a random head accepts little, but a deeper tree can never accept more than depth + 1 per step
     assert all(1.0 <= r["tau"] <= d + 1 for r, (d, _, _) in zip(table[1:], trees))
     assert "nanospec 3x4x10" in format_table(table)
+
+
+def test_by_category_groups_per_prompt_numbers():
+    table = [
+        {"method": "ar", "per_prompt_tau": [1.0] * 6, "per_prompt_speedup": [1.0] * 6},
+        {"method": "nanospec", "per_prompt_tau": [2.0, 3.0, 1.0, 2.5, 3.5, 1.5],
+         "per_prompt_speedup": [1.2, 1.4, 0.8, 1.0, 1.6, 0.9]},
+        {"method": "prompt_lookup", "per_prompt_tau": None, "per_prompt_speedup": [2.0, 1.0, 1.0, 3.0, 1.0, 1.0]},
+    ]
+    # 3 prompts, 2 repeats: index i is prompt i % 3
+    rows = by_category(table, ["math", "math", "code"])
+    assert [(r["category"], r["n_prompts"]) for r in rows] == [("math", 2), ("code", 1)]
+    math, code = rows
+    assert math["nanospec"]["tau"] == (2.0 + 3.0 + 2.5 + 3.5) / 4 and math["nanospec"]["speedup"] == pytest.approx(1.3)
+    assert code["nanospec"]["tau"] == 1.25 and code["nanospec"]["speedup"] == pytest.approx(0.85)
+    assert code["prompt_lookup"]["tau"] is None and math["prompt_lookup"]["speedup"] == 1.5
+    text = format_by_category(rows, ["nanospec", "prompt_lookup"])
+    assert "math (2)" in text and "1.30x" in text
+
+
+def test_resident_split_reads_proc_status():
+    status = "Name:\tpython\nVmRSS:\t  1536000 kB\nRssAnon:\t  1024000 kB\nRssFile:\t   512000 kB\nRssShmem:\t0 kB\n"
+    assert resident_split_mb(status) == {"rss": 1500.0, "anon": 1000.0, "file": 500.0}
+    assert resident_split_mb("Name:\tpython\n") is None   # not Linux-like: no split, no crash
