@@ -91,16 +91,15 @@ def cmd_generate(a) -> int:
 
 def cmd_compare(a) -> int:
     from .bench import by_category, compare, format_by_category, format_table, peak_memory_mb, resident_split_mb
-    from .prompts import load_prompts
+    from .prompts import load_prompts, prompt_messages
     engine, info = _load(a)
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise ValueError(f"--methods: unknown {bad}; allowed: {', '.join(METHODS)}")
-    prompts = _read_prompts(a.prompts, a.split)
-    categories = [item.get("category", "-") for item in load_prompts(a.prompts, split=a.split)]
-    if a.limit:
-        prompts, categories = prompts[: a.limit], categories[: a.limit]
+    items = load_prompts(a.prompts, split=a.split)[: a.limit or None]  # read once: messages and categories
+    prompts = [prompt_messages(item) for item in items]
+    categories = [item.get("category", "-") for item in items]
     table = compare(engine, prompts, methods, _decode_options(a), prompt_lookup=a.prompt_lookup,
                     progress=_prompt_progress, repeat=a.repeat)
     print(file=sys.stderr)

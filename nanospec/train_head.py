@@ -329,9 +329,10 @@ def train(head: EagleHead, target, samples: list[Sample], val: list[Sample], fre
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
     history, step = [], 0
+    later = range(2, unroll + 1)   # the unrolled steps, whose top-1 is reported as acc2, acc3, ...
     bar = tqdm(total=total, desc=f"train head ({unroll}-step unroll)" if unroll > 1 else "train head", disable=not progress)
     for epoch, batches in enumerate(plan):
-        sums = {"reg": 0.0, "tok": 0.0, "acc": 0.0, "n": 0}
+        sums = {"reg": 0.0, "tok": 0.0, "acc": 0.0, "n": 0, **{f"{k}{j}": 0 for j in later for k in ("acc", "n")}}
         for batch in batches:
             ids, feats, mask = collate([samples[j] for j in batch])
             if not mask.any():
@@ -348,17 +349,17 @@ def train(head: EagleHead, target, samples: list[Sample], val: list[Sample], fre
             for k in ("reg", "tok", "acc"):
                 sums[k] += stats[k] * stats["n"]
             sums["n"] += stats["n"]
-            for j in range(2, unroll + 1):
-                if f"acc{j}" in stats:
-                    sums[f"acc{j}"] = sums.get(f"acc{j}", 0.0) + stats[f"acc{j}"] * stats[f"n{j}"]
-                    sums[f"n{j}"] = sums.get(f"n{j}", 0) + stats[f"n{j}"]
+            for j in later:
+                if f"n{j}" in stats:
+                    sums[f"acc{j}"] += stats[f"acc{j}"] * stats[f"n{j}"]
+                    sums[f"n{j}"] += stats[f"n{j}"]
             bar.update(1)
             bar.set_postfix(reg=f"{stats['reg']:.3f}", tok=f"{stats['tok']:.2f}", acc=f"{stats['acc']:.2f}")
         n = max(sums["n"], 1)
         row = {"epoch": epoch + 1, "reg": sums["reg"] / n, "tok": sums["tok"] / n, "acc": sums["acc"] / n,
                "val_top1": full_vocab_accuracy(head, embed, lm_weight, val) if val else None}
-        for j in range(2, unroll + 1):
-            if sums.get(f"n{j}"):
+        for j in later:
+            if sums[f"n{j}"]:
                 row[f"acc{j}"] = sums[f"acc{j}"] / sums[f"n{j}"]  # training top-1 (sampled vocabulary) of step j
         history.append(row)
         bar.write(json.dumps(row))
