@@ -6,7 +6,7 @@ import math
 import re
 
 from nanospec.config import TreeConfig, VocabConfig
-from nanospec.prompts import CATEGORIES, load_prompts
+from nanospec.data.prompts import CATEGORIES, load_prompts
 
 METHODS = ("ar", "full", "static", "nanospec", "hybrid")
 SPEC_METHODS = METHODS[1:]

@@ -27,7 +27,7 @@ from .charts import (ACCEPTED, BONUS, ORIGIN_COLORS, PHASE_COLORS, VOCAB_MISS, c
                      token_label, token_origins, tree_figure, vocab_figure)
 
 LESSON_DIR = Path(__file__).resolve().parent.parent / "assets" / "lesson"
-RUNS_FILE = "lesson_runs.json.gz"     # names shared with nanospec/lesson_traces.py
+RUNS_FILE = "lesson_runs.json.gz"     # names shared with nanospec/lesson/record.py
 SWEEP_FILE = "lm_head_sweep.json"
 COMMAND = "python -m nanospec record-lesson"
 RUN_LABELS = {"ar": "ar", "greedy": "greedy chain", "full": "full", "static": "static",

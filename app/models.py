@@ -15,6 +15,7 @@ import torch
 
 from nanospec.engine import SpecEngine
 from nanospec.pair import PairInfo
+from nanospec.paths import ASSETS
 
 ProgressFn = Callable[[str, "float | None"], None]
 Loader = Callable[[ProgressFn | None], tuple[SpecEngine, PairInfo]]
@@ -55,7 +56,7 @@ def _short_path(name: str) -> str:
     path = Path(name)
     if not path.is_absolute():
         return name
-    root = Path(__file__).resolve().parent.parent
+    root = ASSETS.parent
     return str(path.relative_to(root)) if path.is_relative_to(root) else path.name
 
 
@@ -80,7 +81,7 @@ def pair_loader(model: str | None = None, head: str | None = None, device: str |
 def _with_random_head(engine: SpecEngine, info: PairInfo) -> tuple[SpecEngine, PairInfo]:
     from dataclasses import replace
 
-    from nanospec.random_pair import random_head
+    from nanospec.bench.random_pair import random_head
 
     head = random_head(engine.model.config, dtype=engine.lm_head_weight.dtype).to(engine.device)
     spec = SpecEngine(engine.model, engine.tokenizer, head, frequent_ids=engine.frequent_ids)
@@ -126,7 +127,7 @@ def tiny_loader(vocab: int = 32000, hidden: int = 64, layers: int = 2, step_dela
     `step_delay_s` slows every decode step down (tests of Stop / disconnect need a run that lasts).
     """
     def load(progress: ProgressFn | None = None) -> tuple[SpecEngine, PairInfo]:
-        from nanospec.random_pair import random_head, random_target, random_target_config
+        from nanospec.bench.random_pair import random_head, random_target, random_target_config
 
         if progress:
             progress("building a tiny random model", 0.5)

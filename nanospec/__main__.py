@@ -62,7 +62,7 @@ def _load(a):
 
 
 def _read_prompts(path: str | None, split: str | None) -> list:
-    from .prompts import load_prompts, prompt_messages
+    from .data.prompts import load_prompts, prompt_messages
     return [prompt_messages(item) for item in load_prompts(path, split=split)]
 
 
@@ -90,8 +90,8 @@ def cmd_generate(a) -> int:
 
 
 def cmd_compare(a) -> int:
-    from .bench import by_category, compare, format_by_category, format_table, peak_memory_mb, resident_split_mb
-    from .prompts import load_prompts, prompt_messages
+    from .bench.compare import by_category, compare, format_by_category, format_table, peak_memory_mb, resident_split_mb
+    from .data.prompts import load_prompts, prompt_messages
     engine, info = _load(a)
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
@@ -134,8 +134,8 @@ def _save_and_check(table: list[dict], a) -> int:
 
 
 def cmd_sweep(a) -> int:
-    from .bench import format_table, sweep
-    from .train_head import parse_settings
+    from .bench.compare import format_table, sweep
+    from .training.train_head import parse_settings
     engine, info = _load(a)
     trees = parse_settings(a.trees)
     prompts = _read_prompts(a.prompts, a.split)[: a.limit or None]
@@ -148,7 +148,7 @@ def cmd_sweep(a) -> int:
 
 
 def cmd_random_pair(a) -> int:
-    from .random_pair import write_random_pair
+    from .bench.random_pair import write_random_pair
     target, head = write_random_pair(a.out, a.vocab, a.hidden, a.layers, config_like=a.config_like, seed=a.seed)
     print(f"target: {target}\nhead:   {head}")
     return 0
@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-FORWARDED = {"train-head": "train_head", "freq-table": "freq_table", "record-lesson": "lesson_traces"}
+FORWARDED = {"train-head": "training.train_head", "freq-table": "data.freq_table", "record-lesson": "lesson.record"}
 
 
 def main(argv: list[str] | None = None) -> int:

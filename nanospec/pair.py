@@ -8,8 +8,8 @@ from pathlib import Path
 from .default_model import ProgressFn, is_default_alias
 from .engine import SpecEngine
 from .head import load_head
+from .paths import ASSETS
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DEFAULT_HEAD = ASSETS / "heads" / "smollm2-135m-eagle"
 DEFAULT_FREQ = ASSETS / "freq" / "smollm2_token_freq.safetensors"
 
@@ -34,7 +34,7 @@ def load_pair(model: str | None = None, head: str | Path | None = None, *, devic
     (for `static` / `hybrid`) defaults to the shipped one when its vocabulary matches the target.
     `pack_linears=False` keeps PyTorch's default fp32 CPU linear kernel (see cpu_linear.py).
     """
-    from .freq_table import load_frequency_table, top_ids
+    from .data.freq_table import load_frequency_table, top_ids
     from .loading import load_target
 
     loaded = load_target(model, device=device, dtype=dtype, progress=progress, trust_remote_code=trust_remote_code)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nanospec.engine import SpecEngine
-from nanospec.random_pair import random_head, random_target, random_target_config
+from nanospec.bench.random_pair import random_head, random_target, random_target_config
 
 VOCAB = 32000
 

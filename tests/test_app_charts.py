@@ -11,7 +11,7 @@ from app.callbacks import compare_table, compare_verdict, display_table
 from app.inputs import example_prompts, generation_options, parse_prompt
 from app.trace import RunView, TokenDecoder, load_view, save_downloads
 from nanospec.events import StepEvent, events_to_frame, load_trace, summarize
-from nanospec.prompts import CATEGORIES
+from nanospec.data.prompts import CATEGORIES
 from nanospec.timing import PHASES
 
 V = 1000

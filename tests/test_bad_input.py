@@ -7,7 +7,7 @@ import torch
 
 from nanospec.engine import SpecEngine
 from nanospec.head import EagleHead, head_config_from_target
-from nanospec.random_pair import random_target_config
+from nanospec.bench.random_pair import random_target_config
 
 CASES = [
     (dict(max_new_tokens=0), "max_new_tokens"),

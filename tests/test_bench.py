@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nanospec.bench import by_category, compare, format_by_category, format_table, resident_split_mb, sweep
+from nanospec.bench.compare import by_category, compare, format_by_category, format_table, resident_split_mb, sweep
 
 
 def test_compare_runs_every_method_against_ar(engine, prompts):

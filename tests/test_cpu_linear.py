@@ -9,7 +9,7 @@ import torch.nn as nn
 from nanospec.config import METHODS, GenerationConfig
 from nanospec.cpu_linear import PackedLinear, onednn_linear_available, pack_linears
 from nanospec.engine import SpecEngine
-from nanospec.random_pair import random_head, random_target, random_target_config
+from nanospec.bench.random_pair import random_head, random_target, random_target_config
 from nanospec.vocab import ActiveVocab, FullVocab
 
 pytestmark = pytest.mark.skipif(not onednn_linear_available(), reason="this torch build has no oneDNN packed linear")

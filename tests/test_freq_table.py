@@ -1,4 +1,4 @@
-"""nanospec.freq_table: top-N selection, counting with budgets, and the shipped table."""
+"""nanospec.data.freq_table: top-N selection, counting with budgets, and the shipped table."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from nanospec import freq_table
-from nanospec.freq_table import CorpusSource, count_tokens, load_frequency_table, top_ids
+from nanospec.data import freq_table
+from nanospec.data.freq_table import CorpusSource, count_tokens, load_frequency_table, top_ids
 
 
 def test_top_ids_orders_by_count_then_lower_id():
@@ -51,7 +51,7 @@ def test_count_tokens_budget_split_and_cut():
 
 
 def test_prompts_source_uses_only_train_prompts():
-    from nanospec.prompts import load_prompts
+    from nanospec.data.prompts import load_prompts
 
     class Template:
         def apply_chat_template(self, messages, tokenize, add_generation_prompt):

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from nanospec.head import load_head, save_head
-from nanospec.random_pair import random_head
+from nanospec.bench.random_pair import random_head
 
 
 def test_roundtrip_and_layout(tiny_pair, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 from app import lesson as lesson_tab
 from app import lesson_content as lc
-from nanospec import lesson_traces
+from nanospec.lesson import record as lesson_traces
 from nanospec.pair import DEFAULT_HEAD
 
 

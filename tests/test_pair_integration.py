@@ -6,7 +6,7 @@ import pytest
 
 from nanospec.config import METHODS
 from nanospec.pair import DEFAULT_HEAD
-from nanospec.prompts import load_prompts, prompt_messages
+from nanospec.data.prompts import load_prompts, prompt_messages
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from nanospec.prompts import CATEGORIES, load_prompts, prompt_messages
+from nanospec.data.prompts import CATEGORIES, load_prompts, prompt_messages
 
 
 def test_shipped_prompt_set_shape():

@@ -13,7 +13,7 @@ import torch
 
 from nanospec.engine import SpecEngine
 from nanospec.kv import new_cache
-from nanospec.random_pair import random_head, random_target, random_target_config
+from nanospec.bench.random_pair import random_head, random_target, random_target_config
 from nanospec.verify import target_forward, warp_probs
 
 V = 16

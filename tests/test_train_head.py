@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from nanospec.head import load_head, save_head
-from nanospec.instructions import make_instructions
+from nanospec.training.instructions import make_instructions
 from nanospec.kv import new_cache
-from nanospec.open_instructions import make_open_instructions
-from nanospec.prompts import load_prompts, prompt_messages
-from nanospec.random_pair import random_target, random_target_config
-from nanospec.train_head import (Sample, answer_samples, collate, head_loss, init_head_from_target, make_batches,
+from nanospec.training.open_instructions import make_open_instructions
+from nanospec.data.prompts import load_prompts, prompt_messages
+from nanospec.bench.random_pair import random_target, random_target_config
+from nanospec.training.train_head import (Sample, answer_samples, collate, head_loss, init_head_from_target, make_batches,
                                  parse_settings, sampled_vocab, teacher_forced_samples, train, unrolled_forward)
 
 VOCAB, HIDDEN = 512, 64
@@ -151,7 +151,7 @@ def test_unrolled_training_reduces_the_two_step_loss(tiny_target, tiny_samples):
 
 
 def test_cli_rejects_zero_epochs_without_an_init_head(tmp_path):
-    from nanospec.train_head import main
+    from nanospec.training.train_head import main
     with pytest.raises(ValueError, match="--epochs >= 1"):
         main(["--epochs", "0", "--out", str(tmp_path / "h")])
     with pytest.raises(ValueError, match="--unroll-steps"):
@@ -214,7 +214,7 @@ def test_open_rounds_cache_folders(tmp_path, monkeypatch):
     rounds, other sizes and the templated set get folders of their own."""
     import json
 
-    from nanospec.train_head import CACHE_VERSION, _cache_dir, build_parser
+    from nanospec.training.train_head import CACHE_VERSION, _cache_dir, build_parser
 
     monkeypatch.setenv("NANOSPEC_CACHE", str(tmp_path))
     args = build_parser().parse_args([])

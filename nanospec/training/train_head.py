@@ -34,10 +34,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .head import EagleHead, head_config_from_target, load_head, save_head
-from .kv import new_cache
+from ..head import EagleHead, head_config_from_target, load_head, save_head
+from ..kv import new_cache
+from ..paths import ASSETS
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "assets" / "heads" / "smollm2-135m-eagle"
+DEFAULT_OUT = ASSETS / "heads" / "smollm2-135m-eagle"
 CACHE_VERSION = 2
 
 
@@ -140,7 +141,7 @@ def teacher_forced_samples(model, sequences: list[torch.Tensor], batch_size: int
 
 
 def stdlib_sequences(tokenizer, n_tokens: int, seq_len: int) -> list[torch.Tensor]:
-    from .freq_table import stdlib_source
+    from ..data.freq_table import stdlib_source
 
     buffer: list[int] = []
     for doc in stdlib_source().documents():
@@ -379,8 +380,8 @@ def evaluate_tau(head_dir: Path, settings: list[tuple[int, int, int]], max_new_t
     written by hand rather than by the instruction generator)."""
     from tqdm import tqdm
 
-    from .pair import load_pair
-    from .prompts import load_prompts, prompt_messages
+    from ..pair import load_pair
+    from ..data.prompts import load_prompts, prompt_messages
 
     engine, _ = load_pair(head=head_dir)
     items = load_prompts(split="heldout")[:limit]
@@ -427,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=str(DEFAULT_OUT), help="head folder to write (EAGLE layout)")
     p.add_argument("--instructions", type=int, default=2400, help="generated instructions (+ the train prompts)")
     p.add_argument("--open-instructions", type=int, default=1920,
-                   help="open-ended instructions per round (nanospec/open_instructions.py): free-form answers")
+                   help="open-ended instructions per round (nanospec/training/open_instructions.py): free-form answers")
     p.add_argument("--open-rounds", type=int, default=2,
                    help="rounds of --open-instructions, each cached alone (round r = the r-th slice of one seeded list)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="answer length cap")
@@ -465,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cache_dir(args, target_name: str, part: str = "", round_: int = 0) -> Path:
     """Data cache folder; `part="open"` is the open-instruction answers' own folder (so either set can change alone),
     one per round (round 0 keeps the key it had before rounds existed, so its answers are reused)."""
-    from .default_model import cache_root
+    from ..default_model import cache_root
 
     if part == "open":
         key = json.dumps([CACHE_VERSION, target_name, "open", args.open_instructions, args.max_new_tokens,
@@ -480,8 +481,8 @@ def _cache_dir(args, target_name: str, part: str = "", round_: int = 0) -> Path:
 
 
 def _frequent_ids(n: int, vocab: int) -> torch.Tensor:
-    from .freq_table import load_frequency_table, top_ids
-    from .pair import DEFAULT_FREQ
+    from ..data.freq_table import load_frequency_table, top_ids
+    from ..pair import DEFAULT_FREQ
 
     if DEFAULT_FREQ.exists():
         counts = load_frequency_table(DEFAULT_FREQ)
@@ -506,9 +507,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps([{k: v for k, v in e.items()} for e in evals], indent=2))
         return 0
     from .instructions import make_instructions
-    from .loading import load_target
+    from ..loading import load_target
     from .open_instructions import make_open_instructions
-    from .prompts import load_prompts, prompt_messages
+    from ..data.prompts import load_prompts, prompt_messages
 
     loaded = load_target(args.model, device="cpu", dtype="float32")
     target, tokenizer = loaded.model, loaded.tokenizer

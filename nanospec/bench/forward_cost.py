@@ -1,6 +1,6 @@
 """Where a step's time goes on this machine: target forward cost vs tokens, and phase medians per step.
 
-    python -m nanospec.forward_cost                 # default pair, held-out prompt 5, 64 new tokens
+    python -m nanospec.bench.forward_cost                 # default pair, held-out prompt 5, 64 new tokens
 
 Prints (1) the median wall time of one target forward over 1, 4, 12 and 24 tokens (no cache;
 the cost of verifying a tree of that size, roughly), and (2) the median per-step time of each
@@ -38,10 +38,10 @@ def phase_medians(result) -> tuple[float, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .pair import load_pair
-    from .prompts import load_prompts, prompt_messages
+    from ..pair import load_pair
+    from ..data.prompts import load_prompts, prompt_messages
 
-    ap = argparse.ArgumentParser(prog="python -m nanospec.forward_cost", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m nanospec.bench.forward_cost", description=__doc__.splitlines()[0])
     ap.add_argument("--method", default="nanospec")
     ap.add_argument("--prompt-index", type=int, default=4, help="index into the held-out prompts")
     ap.add_argument("--max-new-tokens", type=int, default=64)

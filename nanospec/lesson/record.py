@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from .config import GenerationConfig
-from .events import TRACE_VERSION
-from .pair import ASSETS
+from ..config import GenerationConfig
+from ..events import TRACE_VERSION
+from ..paths import ASSETS
 
 LESSON_DIR = ASSETS / "lesson"
 RUNS_FILE = "lesson_runs.json.gz"
@@ -146,7 +146,7 @@ def record_run(engine, messages: list[dict], run_key: str, max_new_tokens: int) 
 
 
 def record_prompt(engine, item: dict, max_new_tokens: int, runs: list[str]) -> list[dict]:
-    from .prompts import prompt_messages
+    from ..data.prompts import prompt_messages
 
     messages = prompt_messages(item)
     docs = []
@@ -175,13 +175,13 @@ def warm_up(engine, runs: list[str]) -> None:
 
 
 def load_engine(head: str | None, device: str | None):
-    from .pair import load_pair
+    from ..pair import load_pair
 
     if head == "random":
-        from .random_pair import random_head
+        from ..bench.random_pair import random_head
 
         engine, info = load_pair(None, device=device)
-        from .engine import SpecEngine
+        from ..engine import SpecEngine
         rh = random_head(engine.model.config, dtype=engine.lm_head_weight.dtype).to(engine.device)
         engine = SpecEngine(engine.model, engine.tokenizer, rh, frequent_ids=engine.frequent_ids)
         return engine, {"target": info.target, "head": "random untrained head (development only)",
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--"]:  # `python -m nanospec record-lesson -- --head random` forwards the separator
         argv = argv[1:]
     a = build_parser().parse_args(argv)
-    from .prompts import load_prompts
+    from ..data.prompts import load_prompts
 
     runs = [r.strip() for r in a.runs.split(",") if r.strip()]
     bad = [r for r in runs if r not in RUNS]

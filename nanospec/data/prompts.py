@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..paths import ASSETS
+
 CATEGORIES = ("multi_turn", "translation", "summarization", "qa", "math", "rag", "code")
 SPLITS = ("train", "heldout")
 ROLES = ("system", "user", "assistant")
-DEFAULT_PROMPTS_PATH = Path(__file__).resolve().parent.parent / "assets" / "prompts" / "prompts.jsonl"
+DEFAULT_PROMPTS_PATH = ASSETS / "prompts" / "prompts.jsonl"
 
 
 def load_prompts(path: str | Path | None = None, split: str | None = None,

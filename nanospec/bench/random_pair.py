@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from .head import EagleHead, head_config_from_target, save_head
+from ..head import EagleHead, head_config_from_target, save_head
 
 
 def random_target_config(vocab: int, hidden: int, layers: int, heads: int | None = None,

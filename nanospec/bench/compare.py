@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from .config import GenerationConfig
-from .engine import SpecEngine
+from ..config import GenerationConfig
+from ..engine import SpecEngine
 
 TABLE_KEYS = ("method", "tokens_per_s", "speedup", "tau", "draft_ms_per_step", "lm_head_ms_per_step",
               "mean_active", "active_frac", "coverage", "identical_to_ar", "n_prompts", "new_tokens")

@@ -1,0 +1,1 @@
+"""Offline job: benchmarks (method comparison, tree sweeps, forward cost, random pairs at real shapes)."""

@@ -1,0 +1,1 @@
+"""Offline data: token-frequency tables and the project's prompt set."""

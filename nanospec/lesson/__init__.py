@@ -1,0 +1,1 @@
+"""Offline job: recording the classroom lesson's traces (`python -m nanospec record-lesson`)."""
