@@ -18,6 +18,7 @@ class DraftTree:
     depths: torch.Tensor     # [T] long, 0 for the root
     scores: torch.Tensor     # [T] float, cumulative draft log-prob (0 for the root)
     in_active: torch.Tensor  # [T] bool, token was in the drafter's active set when drafted
+    sources: torch.Tensor | None = None  # [T] long, copy_branch.ROOT/HEAD/COPY/BOTH/PAD; None = root + head
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])

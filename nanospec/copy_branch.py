@@ -1,0 +1,152 @@
+"""The context-copy branch: prompt-lookup continuations as one extra chain of the draft tree.
+
+Prompt lookup (transformers' `prompt_lookup_num_tokens`) copies what followed the last matching
+n-gram of the context. Here that copied continuation of up to N tokens joins the drafter's tree
+as one more chain rooted at the root; where its first tokens already are a path of the tree, it
+continues from that path's end instead of repeating it. The target verifies the whole tree in
+the same forward, so the output stays the target's (a deterministic extra child is one more
+candidate for the same acceptance rules).
+
+Everything here runs on the model's device with fixed shapes, so nothing syncs to the host:
+
+    CopyContext.lookup(N, max_ngram) -> CopyChain     the context's continuation, [N] + a length
+    merge_copy_chain(tree, chain, in_active)           the tree with N more nodes (T + N)
+
+The merged tree always has T + N nodes. Chain positions that are already in the tree, or that
+the lookup could not fill, become PAD nodes: duplicates of node 1 under the root. Both acceptance
+rules try children in index order, so a PAD node (a later duplicate of an earlier sibling) is
+never accepted (greedy takes the first match; rejection sampling has set p(x) = 0 by then); the
+engine drops PAD nodes from the step's event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .tree import DraftTree, ancestor_mask
+
+# where a tree node came from (DraftTree.sources, StepEvent.tree_sources)
+ROOT, HEAD, COPY, BOTH, PAD = 0, 1, 2, 3, 4
+SOURCE_NAMES = ("root", "head", "copy", "both", "pad")
+DEFAULT_MAX_NGRAM = 2  # transformers' default max_matching_ngram_size
+
+
+@dataclass
+class CopyChain:
+    tokens: torch.Tensor  # [N] long, the copied continuation (positions >= length are filler)
+    length: torch.Tensor  # [] long, valid tokens in `tokens` (0 = no match)
+
+
+def lookup_continuation(context: torch.Tensor, n_tokens: int, max_ngram: int = DEFAULT_MAX_NGRAM) -> CopyChain:
+    """What followed the earliest earlier occurrence of the context's last n-gram, longest n-gram first.
+
+    Same choice as transformers' prompt lookup: n-gram sizes from `max_ngram` down to 1; for the
+    largest size with a match, the earliest match whose continuation is non-empty; up to
+    `n_tokens` tokens, cut at the end of the context. Tensor ops only: no host sync.
+    """
+    if n_tokens < 1 or max_ngram < 1:
+        raise ValueError(f"n_tokens and max_ngram must be >= 1; got {n_tokens} and {max_ngram}")
+    n, dev = int(context.shape[0]), context.device
+    start = torch.zeros((), dtype=torch.long, device=dev)
+    found = torch.zeros((), dtype=torch.bool, device=dev)
+    for g in range(1, min(max_ngram, n - 1) + 1):  # larger g later, so it overrides
+        # windows over context[:-1] only: each has a continuation inside the context
+        windows = context[:-1].unfold(0, g, 1)                               # [n - g, g]
+        hit = (windows == context[n - g:]).all(dim=1)                        # [n - g]
+        first = torch.argmax(hit.to(torch.uint8))                            # earliest hit (0 if none)
+        any_hit = hit.any()
+        start = torch.where(any_hit, first + g, start)
+        found = found | any_hit
+    length = torch.where(found, (n - start).clamp(max=n_tokens), torch.zeros_like(start))
+    idx = (start + torch.arange(n_tokens, device=dev)).clamp(max=max(n - 1, 0))
+    return CopyChain(tokens=context[idx], length=length)
+
+
+class CopyContext:
+    """The request's tokens (prompt, then everything emitted, the root last) in a device buffer.
+
+    Sizes are host integers the engine already knows, so appending and slicing never sync.
+    """
+
+    def __init__(self, device: torch.device | str, capacity: int = 1024):
+        self.buffer = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.length = 0
+
+    def begin(self, prompt_ids: torch.Tensor, first_token: int) -> None:
+        """Prompt ids [n] and the first generated token (the first root)."""
+        self.length = 0
+        self.append(prompt_ids.reshape(-1))
+        self.append(torch.tensor([first_token], device=self.buffer.device))
+
+    def append(self, tokens: torch.Tensor) -> None:
+        """Tokens [m] emitted by a step (accepted drafts, then the bonus, which is the next root)."""
+        m = int(tokens.shape[0])
+        if self.length + m > self.buffer.shape[0]:
+            grown = torch.zeros(2 * (self.length + m), dtype=torch.long, device=self.buffer.device)
+            grown[: self.length] = self.buffer[: self.length]
+            self.buffer = grown
+        self.buffer[self.length: self.length + m] = tokens
+        self.length += m
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        return self.buffer[: self.length]
+
+    def lookup(self, n_tokens: int, max_ngram: int = DEFAULT_MAX_NGRAM) -> CopyChain:
+        return lookup_continuation(self.tokens, n_tokens, max_ngram)
+
+
+def merge_copy_chain(tree: DraftTree, chain: CopyChain, chain_in_active: torch.Tensor) -> DraftTree:
+    """The drafter's tree [T] plus the copy chain as up to N more nodes: [T + N], parents first.
+
+    A head node whose whole root path spells the chain's first tokens is marked BOTH; the chain
+    goes on from the deepest such node. Unused chain slots become PAD (see the module docstring).
+    `chain_in_active` [N]: whether each copied token is in the drafter's active set (coverage).
+    """
+    t, n, dev = len(tree), int(chain.tokens.shape[0]), tree.tokens.device
+    if t < 2:
+        raise ValueError("the copy branch needs a drafted tree with at least one node besides the root")
+    depth = tree.depths
+    # node i matches when its token is the chain's token at its depth (the root always matches)
+    chain_at_depth = chain.tokens[(depth - 1).clamp(0, n - 1)]
+    eq = (tree.tokens == chain_at_depth) & (depth >= 1) & (depth <= chain.length)
+    eq = eq | (depth == 0)
+    # on_chain[i]: every node on i's root path matches, i.e. that path spells the chain's prefix
+    on_chain = ~(ancestor_mask(tree.parents) & ~eq[None, :]).any(dim=1)     # [T]
+    j = torch.arange(n, device=dev)
+    at = on_chain[None, :] & (depth[None, :] == (j + 1)[:, None])            # [N, T]
+    hit = at.any(dim=1)                                                      # [N] prefix of Trues
+    node = torch.argmax(at.to(torch.uint8), dim=1)                           # [N] its node (0 if none)
+    real = ~hit & (j < chain.length)                                         # [N] a new chain node
+    one = torch.ones(1, dtype=torch.bool, device=dev)
+    prev_hit = torch.cat([one, hit[:-1]])                                    # j = 0 hangs off the root
+    prev_node = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), node[:-1]])
+    parent = torch.where(prev_hit, prev_node, t + j - 1)
+    tokens = torch.where(real, chain.tokens, tree.tokens[1])
+    parents = torch.where(real, parent, torch.zeros_like(parent))
+    depths = torch.where(real, j + 1, torch.ones_like(j))
+    scores = torch.where(real, torch.zeros_like(tree.scores[1]), tree.scores[1]).expand(n)
+    in_active = torch.where(real, chain_in_active.to(torch.bool), tree.in_active[1])
+    head_src = torch.where(on_chain, BOTH, HEAD)
+    head_src[0] = ROOT
+    sources = torch.cat([head_src, torch.where(real, COPY, PAD)])
+    return DraftTree(tokens=torch.cat([tree.tokens, tokens]), parents=torch.cat([tree.parents, parents]),
+                     depths=torch.cat([tree.depths, depths]), scores=torch.cat([tree.scores, scores]),
+                     in_active=torch.cat([tree.in_active, in_active]), sources=sources)
+
+
+def drop_padding(nodes: dict[str, list], path: list[int]) -> tuple[dict[str, list], list[int]]:
+    """Host side, for the step's event: remove PAD nodes from per-node lists and re-index.
+
+    `nodes` maps names to per-node lists and must hold "sources" and "parents"; `path` (node
+    indices) never contains a PAD node, and no node has a PAD parent.
+    """
+    keep = [i for i, s in enumerate(nodes["sources"]) if s != PAD]
+    if len(keep) == len(nodes["sources"]):
+        return nodes, path
+    new_index = {old: new for new, old in enumerate(keep)}
+    out = {name: [values[i] for i in keep] for name, values in nodes.items()}
+    out["parents"] = [new_index[p] if p >= 0 else -1 for p in out["parents"]]
+    return out, [new_index[i] for i in path]
