@@ -12,8 +12,8 @@ import argparse
 import logging
 import os
 
-from app.callbacks import lower_server_priority
-from app.models import pair_loader, tiny_loader
+from app.decoding import lower_server_priority
+from app.models import pair_loader
 from app.ui import build_app
 
 
@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> None:
     # created after this (web server, queue, callbacks) inherits the lower one
     lower_server_priority(args.ui_nice)
     if args.tiny:
+        from app.devtools import tiny_loader
+
         loader = tiny_loader()
     else:
         loader = pair_loader(args.model, args.head, device=args.device, dtype=args.dtype,

@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import queue
-import sys
-import threading
 import time
-from concurrent.futures import Future
-from concurrent.futures import wait as futures_wait
 from dataclasses import asdict
 from pathlib import Path
 
@@ -27,6 +22,7 @@ from gradio.components.plot import PlotData
 from nanospec.events import RunSummary, summarize
 
 from . import charts
+from .decoding import StepPump, decode_thread
 from .inputs import METHODS, generation_options, parse_prompt
 from .models import EngineProvider, on_gpu
 from .trace import RunView, TokenDecoder, load_view, save_downloads
@@ -49,139 +45,6 @@ def fail(context: str, exc: BaseException | str) -> gr.Error:
 def plot_data(spec: dict) -> PlotData:
     """A figure dict as `gr.Plot`'s payload, serialised without building a `go.Figure` (see `charts`)."""
     return PlotData(type="plotly", plot=pio.to_json(spec, validate=False))
-
-
-class DecodeThread:
-    """The one long-lived thread that runs every decode, one after another (the model serves one run at
-    a time anyway: its Gradio queue has concurrency 1).
-
-    Being long-lived matters for priority: `app.py` starts it first and then lowers the priority of the
-    threads it creates afterwards (the web server, the queue, the callbacks: `lower_server_priority`).
-    Linux threads inherit their priority from the thread that creates them, and torch's CPU worker
-    threads are created by the thread that first computes, so decoding keeps the normal priority while
-    the page's rendering yields to it when both want the CPU."""
-
-    def __init__(self):
-        self._jobs: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._serve, name="nanospec-decode", daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            job = self._jobs.get()
-            try:
-                job()
-            except BaseException:  # noqa: BLE001 — a job's fault must not end the thread that serves all runs
-                logger.warning("a decode job failed", exc_info=True)
-
-    def submit(self, job) -> None:
-        self._jobs.put(job)
-
-    def call(self, fn, while_waiting=None, poll_s: float = 0.1):
-        """Run `fn()` on this thread and return its result (or raise its exception) to the caller, which
-        calls `while_waiting()` every `poll_s` seconds meanwhile (e.g. to show progress)."""
-        done: Future = Future()
-
-        def job() -> None:
-            try:
-                done.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 — re-raised in the caller
-                done.set_exception(exc)
-
-        self.submit(job)
-        while True:
-            finished = bool(futures_wait([done], timeout=poll_s).done)
-            if while_waiting is not None:
-                while_waiting()  # also once after the end, so nothing reported late is lost
-            if finished:
-                return done.result()
-
-
-_decode_thread: DecodeThread | None = None
-_decode_thread_lock = threading.Lock()
-
-
-def decode_thread() -> DecodeThread:
-    """The process's decode thread, started on first use."""
-    global _decode_thread
-    with _decode_thread_lock:
-        if _decode_thread is None:
-            _decode_thread = DecodeThread()
-        return _decode_thread
-
-
-def lower_server_priority(nice: int) -> bool:
-    """Start the decode thread, then raise the calling thread's nice value by `nice` (Linux: per thread,
-    inherited by the threads it creates later, i.e. the whole web server if called before launch).
-
-    Returns False where this is not possible (other OSes, `nice` <= 0); nothing changes then."""
-    decode_thread()
-    if nice <= 0 or not hasattr(os, "setpriority") or not sys.platform.startswith("linux"):
-        return False
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
-    except OSError:
-        return False
-    return True
-
-
-class StepPump:
-    """Runs a step generator on the decode thread so decoding never waits for the page to redraw.
-
-    `batches()` yields lists of the items that arrived since the last call (one item per step when
-    the page keeps up). `stop()` asks the decode thread to close the generator after its current step.
-    """
-
-    _DONE = object()
-
-    def __init__(self, steps):
-        self._steps = steps
-        self._queue: queue.Queue = queue.Queue()
-        self._stop = threading.Event()
-        self._finished = threading.Event()
-        decode_thread().submit(self._run)
-
-    def _run(self) -> None:
-        try:
-            if not self._stop.is_set():
-                for item in self._steps:
-                    self._queue.put(item)
-                    if self._stop.is_set():
-                        break
-        except BaseException as exc:  # noqa: BLE001 — handed to the consumer, which reports it
-            self._queue.put(exc)
-        finally:
-            try:
-                close = getattr(self._steps, "close", None)
-                if close is not None:
-                    close()
-            finally:
-                self._queue.put(self._DONE)
-                self._finished.set()
-
-    def batches(self):
-        done = False
-        while not done:
-            batch = [self._queue.get()]
-            while True:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            done = batch[-1] is self._DONE
-            items = [b for b in batch if b is not self._DONE]
-            for item in items:
-                if isinstance(item, BaseException):
-                    raise item
-            if items:
-                yield items
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self, timeout: float | None = None) -> bool:
-        return self._finished.wait(timeout)
 
 
 class Explorer:

@@ -1,4 +1,12 @@
-"""NanoSpec: lossless tree speculative decoding with a per-request in-context draft vocabulary."""
+"""NanoSpec: lossless tree speculative decoding with a per-request in-context draft vocabulary.
+
+The public API is what this package exports (below) plus these documented submodules:
+`nanospec.config` (the configs), `nanospec.events` (step events, summaries, the trace format),
+`nanospec.timing` (phase names), `nanospec.pair` (`load_pair`: target + head + frequency table),
+`nanospec.paths` (`ASSETS`), `nanospec.data.prompts` (the prompt set and prompt files), and, for
+tests and development only, `nanospec.bench.random_pair` (random-weight models). Anything else,
+and any name starting with `_`, may change without notice.
+"""
 
 from .config import METHODS, GenerationConfig, SamplingConfig, TreeConfig, VocabConfig
 from .engine import Run, RunResult, SpecEngine

@@ -12,7 +12,7 @@ import pytest
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client, handle_file  # noqa: E402
 
-from app.models import tiny_loader  # noqa: E402
+from app.devtools import tiny_loader  # noqa: E402
 from app.ui import build_app  # noqa: E402
 from nanospec.events import load_trace  # noqa: E402
 

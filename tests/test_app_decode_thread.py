@@ -12,8 +12,10 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from app.callbacks import Explorer, StepPump, decode_thread
-from app.models import EngineProvider, tiny_loader
+from app.callbacks import Explorer
+from app.decoding import StepPump, decode_thread
+from app.devtools import tiny_loader
+from app.models import EngineProvider
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +63,7 @@ def test_step_pump_hands_errors_to_the_consumer():
 def test_server_threads_get_lower_priority_than_the_decode_thread():
     code = textwrap.dedent("""
         import os, threading
-        from app.callbacks import decode_thread, lower_server_priority
+        from app.decoding import decode_thread, lower_server_priority
         prio = lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         before = prio()
         assert lower_server_priority(5)

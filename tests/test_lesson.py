@@ -177,7 +177,7 @@ def test_deep_link_query(query, expected):
 
 # -- the recording script (tiny random engine, no real model) ----------------------------------------
 def test_recording_pipeline_end_to_end(tmp_path):
-    from app.models import tiny_loader
+    from app.devtools import tiny_loader
 
     engine, _ = tiny_loader(vocab=512, hidden=32, layers=1)(None)
     item = {"id": "qa-01", "category": "qa", "split": "train", "prompt": "the draft tree accepts a token"}
