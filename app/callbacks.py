@@ -19,6 +19,7 @@ import pandas as pd
 import plotly.io as pio
 from gradio.components.plot import PlotData
 
+from nanospec import metrics
 from nanospec.events import RunSummary, summarize
 
 from . import charts
@@ -283,10 +284,10 @@ def compare_table(summaries: dict[str, RunSummary], greedy: bool) -> pd.DataFram
     for method, s in summaries.items():
         rows.append({
             "method": method, "tokens": s.new_tokens, "tokens_per_s": s.tokens_per_s,
-            "speedup": s.tokens_per_s / ar.tokens_per_s if ar and ar.tokens_per_s else math.nan,
+            "speedup": metrics.speedup(s.tokens_per_s, ar.tokens_per_s if ar else None),
             "tau": s.tau, "mean_active": s.mean_active, "active_frac": s.active_frac, "coverage": s.coverage,
             "draft_ms_per_step": s.draft_ms_per_step,
-            "identical": (s.output_ids == ar.output_ids) if greedy and ar is not None else None,
+            "identical": metrics.identical_to_ar(s.output_ids, ar.output_ids, greedy) if ar is not None else None,
         })
     return pd.DataFrame(rows)
 
@@ -316,7 +317,7 @@ def compare_verdict(summaries: dict[str, RunSummary], greedy: bool) -> str:
     if not greedy:
         return ("Temperature > 0: outputs are samples. Speculative sampling is lossless *in distribution*, "
                 "so token-for-token identity with `ar` is not expected.")
-    same = [m for m, s in others.items() if s.output_ids == ar.output_ids]
+    same = [m for m, s in others.items() if metrics.identical_to_ar(s.output_ids, ar.output_ids)]
     diff = [m for m in others if m not in same]
     if not diff:
         return f"### ✓ Output identical to autoregressive at temperature 0 ({', '.join(same)})"

@@ -16,12 +16,14 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
+from nanospec import metrics
 from nanospec.timing import DRAFT_PHASES, PHASES
 
-# token origins, as shown in the answer's legend
+# token origins (`nanospec.metrics.ORIGINS`), as shown in the answer's legend
 ACCEPTED = "accepted draft token"
 BONUS = "bonus token (target)"
 VOCAB_MISS = "bonus token: vocab miss"
+ORIGIN_LABELS = {metrics.ORIGIN_HEAD: ACCEPTED, metrics.ORIGIN_BONUS: BONUS, metrics.ORIGIN_VOCAB_MISS: VOCAB_MISS}
 ORIGIN_COLORS = {ACCEPTED: "#2e9d5b", BONUS: "#3b6fd8", VOCAB_MISS: "#d64545"}
 
 PHASE_COLORS = {  # draft phases warm, target/bookkeeping phases cool
@@ -38,13 +40,6 @@ _LAYOUT = dict(template="plotly_white", height=HEIGHT, margin=dict(l=60, r=20, t
 # -- helpers ---------------------------------------------------------------------------
 def _decode_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["step"] > 0]
-
-
-def _is_bool(value, want: bool) -> bool:
-    """Coverage is True / False / None (NaN after some frame round trips)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return False
-    return bool(value) is want
 
 
 def token_label(token_id: int, token_text: Mapping[int, str] | None) -> str:
@@ -92,15 +87,9 @@ def _empty(title: str, message: str) -> go.Figure:
 
 # -- answer text -----------------------------------------------------------------------
 def token_origins(frame: pd.DataFrame) -> list[str]:
-    """Origin of every emitted token, in order: accepted draft, bonus, or bonus that was a vocab miss."""
-    out = []
-    for n_acc, tokens, cov in zip(frame["n_accepted"], frame["tokens"], frame["coverage"]):
-        for i in range(len(tokens)):
-            if i < n_acc:
-                out.append(ACCEPTED)
-            else:
-                out.append(VOCAB_MISS if _is_bool(cov, False) else BONUS)
-    return out
+    """Legend label (`ORIGIN_LABELS`) of every emitted token's origin (`nanospec.metrics.token_origins`)."""
+    origins = metrics.token_origins(frame["n_accepted"], frame["tokens"].map(len), frame["coverage"])
+    return [ORIGIN_LABELS[o] for o in origins]
 
 
 def answer_spans(frame: pd.DataFrame, pieces: Sequence[str], origins: Sequence[str] | None = None
@@ -112,7 +101,7 @@ def answer_spans(frame: pd.DataFrame, pieces: Sequence[str], origins: Sequence[s
 
 
 def kpi_from_summary(summary) -> dict:
-    """`kpi_values` from a `RunSummary` (cheap: no frame needed)."""
+    """The run's headline numbers (what `kpi_html` shows) from its `RunSummary`."""
     return {"tokens": summary.new_tokens, "steps": summary.steps, "tokens_per_s": summary.tokens_per_s,
             "tau": summary.tau if summary.steps else math.nan, "mean_active": summary.mean_active,
             "active_frac": summary.active_frac, "vocab_size": summary.vocab_size, "coverage": summary.coverage,
@@ -120,29 +109,6 @@ def kpi_from_summary(summary) -> dict:
 
 
 # -- KPIs ------------------------------------------------------------------------------
-def kpi_values(frame: pd.DataFrame, wall_s: float | None) -> dict:
-    """The run's headline numbers, computed the way `nanospec.events.summarize` does."""
-    decode = _decode_rows(frame)
-    n = len(decode)
-    new_tokens = int(frame["n_emitted"].sum()) if len(frame) else 0
-    vocab = int(frame["vocab_size"].iloc[0]) if len(frame) else 0
-    covered = decode[[c is not None and not (isinstance(c, float) and math.isnan(c)) for c in decode["coverage"]]]
-    coverage = None
-    if len(covered):
-        in_set = covered["n_accepted"].sum() + sum(_is_bool(c, True) for c in covered["coverage"])
-        coverage = float(in_set / (covered["n_accepted"].sum() + len(covered)))
-    decode_ms = float(decode["wall_ms"].sum())
-    mean_active = float(decode["active_size"].mean()) if n else 0.0
-    return {
-        "tokens": new_tokens, "steps": n,
-        "tokens_per_s": new_tokens / wall_s if wall_s else math.nan,
-        "tau": float(decode["n_emitted"].mean()) if n else math.nan,
-        "mean_active": mean_active, "active_frac": mean_active / vocab if vocab else 0.0,
-        "vocab_size": vocab, "coverage": coverage,
-        "draft_share": float(decode["draft_ms"].sum()) / decode_ms if decode_ms > 0 else 0.0,
-    }
-
-
 def kpi_html(values: dict) -> str:
     """A row of KPI cards (inline styles, so the page needs no extra CSS)."""
     box = ("flex:1 1 150px;border:1px solid #d9dde3;border-radius:8px;padding:8px 12px;"
@@ -200,14 +166,8 @@ def vocab_spec(frame: pd.DataFrame) -> dict:
 
 def running_coverage(frame: pd.DataFrame) -> list[float | None]:
     """Coverage % after each decode step (None until the first step with a drafter)."""
-    in_set = emitted = 0
-    out: list[float | None] = []
-    for n_acc, cov in zip(frame["n_accepted"], frame["coverage"]):
-        if _is_bool(cov, True) or _is_bool(cov, False):
-            in_set += int(n_acc) + int(_is_bool(cov, True))
-            emitted += int(n_acc) + 1
-        out.append(100.0 * in_set / emitted if emitted else None)
-    return out
+    return [None if c is None else 100.0 * c
+            for c in metrics.running_coverage(frame["n_accepted"], frame["coverage"])]
 
 
 def coverage_spec(frame: pd.DataFrame) -> dict:
@@ -294,7 +254,7 @@ def tree_spec(frame: pd.DataFrame, step: int | None = None,
     y = _tree_y(parents)
     x = [float(d) for d in depths]
     on_path = set(path)
-    miss = _is_bool(row["coverage"], False)
+    miss = metrics.as_flag(row["coverage"]) is False
 
     edge_x, edge_y, path_x, path_y = [], [], [], []
     for child, parent in enumerate(parents):

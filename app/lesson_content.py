@@ -19,6 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from nanospec import metrics
 from nanospec.events import RunSummary, StepEvent, events_to_frame
 
 from .inputs import DEFAULTS
@@ -178,7 +179,7 @@ def summary_table(lesson: Lesson, prompt_id: str) -> pd.DataFrame:
     for key in lesson.keys(prompt_id):
         s = lesson.run(prompt_id, key).summary
         rows.append({"method": RUN_LABELS.get(key, key), "tokens_per_s": s.tokens_per_s,
-                     "speedup": s.tokens_per_s / ar if ar else math.nan, "tau": s.tau,
+                     "speedup": metrics.speedup(s.tokens_per_s, ar), "tau": s.tau,
                      "draft_ms_per_step": s.draft_ms_per_step, "mean_active": s.mean_active,
                      "coverage": s.coverage, "identical": lesson.run(prompt_id, key).meta.get("identical_to_first")})
     return pd.DataFrame(rows)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from nanospec import metrics
 from nanospec.events import RunSummary, StepEvent, events_to_frame, load_trace, save_trace
 
 PENDING = "\ufffd"  # what a byte-level tokenizer decodes half a UTF-8 character to
@@ -66,13 +67,12 @@ class RunView:
     origins: list[str] = field(default_factory=list)          # where each emitted token came from
 
     def add(self, event: StepEvent, decoder: TokenDecoder) -> None:
-        from .charts import ACCEPTED, BONUS, VOCAB_MISS
+        from .charts import ORIGIN_LABELS
 
         self.events.append(event)
         self.pieces.extend(decoder.push(t) for t in event.tokens)
-        n_acc = len(event.accepted_tokens)
-        bonus = VOCAB_MISS if event.coverage is False else BONUS
-        self.origins.extend(ACCEPTED if i < n_acc else bonus for i in range(len(event.tokens)))
+        origins = metrics.step_origins(len(event.accepted_tokens), event.n_emitted, event.coverage)
+        self.origins.extend(ORIGIN_LABELS[o] for o in origins)
         for t in (*event.tree_tokens, event.bonus_token):
             if t not in self.token_text:
                 self.token_text[t] = decoder.text_of(t)

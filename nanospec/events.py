@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import metrics
 from .timing import DRAFT_PHASES, PHASES
 
 TRACE_VERSION = 1
@@ -95,15 +96,9 @@ def summarize(events: list[StepEvent], method: str, wall_s: float, stop_reason: 
     mean = (lambda xs: sum(xs) / len(xs)) if n else (lambda xs: 0.0)
     vocab = events[0].vocab_size if events else 0
     # tau counts every emitted token incl. the bonus; a step cut at EOS still counts what it emitted
-    tau = mean([e.n_emitted for e in decode])
+    tau = metrics.tau([e.n_emitted for e in decode]) if n else 0.0
     active = mean([e.active_size for e in decode])
-    covered = [e for e in decode if e.coverage is not None]
-    if covered:
-        in_set = sum(len(e.accepted_tokens) + int(bool(e.coverage)) for e in covered)
-        emitted = sum(len(e.accepted_tokens) + 1 for e in covered)
-        coverage = in_set / emitted
-    else:
-        coverage = None
+    coverage = metrics.coverage([len(e.accepted_tokens) for e in decode], [e.coverage for e in decode])
     decode_ms = sum(e.wall_ms for e in decode)
     draft_ms = sum(e.draft_ms for e in decode)
     return RunSummary(

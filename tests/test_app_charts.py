@@ -67,13 +67,14 @@ def test_token_origins_and_answer_spans(frame):
 def test_kpis_match_engine_summary(frame):
     events = make_events()
     summary = summarize(events, "nanospec", wall_s=0.5, stop_reason="max_new_tokens")
-    k = charts.kpi_values(frame, 0.5)
+    k = charts.kpi_from_summary(summary)
     assert k["tokens"] == summary.new_tokens == 5
     assert k["tokens_per_s"] == pytest.approx(summary.tokens_per_s)
     assert k["tau"] == pytest.approx(summary.tau) == 2.0
     assert k["coverage"] == pytest.approx(summary.coverage) == 0.75
     assert k["mean_active"] == pytest.approx(summary.mean_active) == 43.0
     assert k["draft_share"] == pytest.approx(summary.draft_share)
+    assert charts.running_coverage(frame)[-1] == pytest.approx(100 * summary.coverage)  # frame path agrees
     html = charts.kpi_html(k)
     for label in ("tokens/s", "τ", "mean active size", "coverage", "draft-time share", "4.3% of V"):
         assert label in html
@@ -138,7 +139,7 @@ def test_empty_and_autoregressive_frames():
                     bonus_token=2, tokens=[2], active_size=0, added_ids=0, vocab_size=V, coverage=None,
                     miss_kind="none", wall_ms=5.0, phases=_phases(verify_forward=5.0)) for i in range(3)]
     frame = events_to_frame(ar)
-    assert charts.kpi_values(frame, 1.0)["coverage"] is None
+    assert charts.kpi_from_summary(summarize(ar, "ar", 1.0, "max_new_tokens"))["coverage"] is None
     assert charts.vocab_figure(frame).layout.annotations
     assert len(charts.tree_figure(frame).data) == 6
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from .. import metrics
 from ..config import GenerationConfig
 from ..engine import SpecEngine
 
@@ -33,11 +34,10 @@ class MethodRows:
     lm_head_ms: list[float]
     outputs: list[list[int]]
     taus: list[float] = dataclasses.field(default_factory=list)  # per prompt (and repeat)
-    steps: int = 0
-    emitted: int = 0
+    emitted: list[int] = dataclasses.field(default_factory=list)  # per decode step, every prompt pooled
+    accepted: list[int] = dataclasses.field(default_factory=list)  # per decode step
+    coverage: list[bool | None] = dataclasses.field(default_factory=list)  # per decode step
     active_sum: float = 0.0
-    cov_in: int = 0
-    cov_all: int = 0
     new_tokens: int = 0
 
 
@@ -91,16 +91,13 @@ def _record(row: MethodRows, result) -> None:
     row.draft_ms.append(s.draft_ms_per_step)
     row.lm_head_ms.append(s.lm_head_ms_per_step)
     row.outputs.append(s.output_ids)
-    emitted = sum(e.n_emitted for e in decode)
-    row.taus.append(emitted / len(decode) if decode else 1.0)
-    row.steps += len(decode)
+    emitted = [e.n_emitted for e in decode]
+    row.taus.append(metrics.tau(emitted) if decode else 1.0)
     row.emitted += emitted
+    row.accepted += [len(e.accepted_tokens) for e in decode]
+    row.coverage += [e.coverage for e in decode]
     row.active_sum += sum(e.active_size for e in decode)
     row.new_tokens += s.new_tokens
-    for e in decode:
-        if e.coverage is not None:
-            row.cov_in += len(e.accepted_tokens) + int(e.coverage)
-            row.cov_all += len(e.accepted_tokens) + 1
 
 
 @torch.inference_mode()
@@ -129,23 +126,21 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
     ar = rows["ar"]
     table = []
     for name, r in rows.items():
-        speedups = [a / b for a, b in zip(r.tps, ar.tps) if b > 0]
-        identical = None
-        if greedy:
-            identical = all(o == ref for o, ref in zip(r.outputs, ar.outputs)) and len(r.outputs) == len(ar.outputs)
+        speedups = [metrics.speedup(a, b) for a, b in zip(r.tps, ar.tps) if b > 0]
         drafts = name not in ("ar", "prompt_lookup")
-        mean_active = r.active_sum / r.steps if r.steps else 0.0
+        steps = len(r.emitted)
+        mean_active = r.active_sum / steps if steps else 0.0
         table.append({
             "method": name,
             "tokens_per_s": _median(r.tps),
             "speedup": _median(speedups),
-            "tau": r.emitted / r.steps if r.steps else (1.0 if name == "ar" else float("nan")),
+            "tau": metrics.tau(r.emitted) if steps else (1.0 if name == "ar" else float("nan")),
             "draft_ms_per_step": _median(r.draft_ms) if r.draft_ms else None,
             "lm_head_ms_per_step": _median(r.lm_head_ms) if r.lm_head_ms else None,
             "mean_active": mean_active if drafts else None,
             "active_frac": mean_active / vocab_size if drafts else None,
-            "coverage": r.cov_in / r.cov_all if r.cov_all else None,
-            "identical_to_ar": identical,
+            "coverage": metrics.coverage(r.accepted, r.coverage),
+            "identical_to_ar": metrics.identical_to_ar(r.outputs, ar.outputs, greedy),
             "n_prompts": len(r.outputs),
             "new_tokens": r.new_tokens,
             # per prompt, in prompt order, once per repeat (index i is prompt i % n_prompts)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from .. import metrics
 from ..config import GenerationConfig
 from ..events import TRACE_VERSION
 from ..paths import ASSETS
@@ -162,7 +163,7 @@ def record_prompt(engine, item: dict, max_new_tokens: int, runs: list[str]) -> l
     top3 = target_top3(engine, prompt_ids + reference)
     for doc in docs:
         doc["meta"].update(prompt_id=item["id"], category=item["category"],
-                           identical_to_first=doc["summary"]["output_ids"] == reference,
+                           identical_to_first=metrics.identical_to_ar(doc["summary"]["output_ids"], reference),
                            top3=top3)  # row i: the target's top-3 guesses for position i + 1
     return docs
 
