@@ -1,13 +1,15 @@
 """NanoSpec: lossless tree speculative decoding with a per-request in-context draft vocabulary.
 
 The public API is what this package exports (below) plus these documented submodules:
-`nanospec.config` (the configs), `nanospec.events` (step events, summaries, the trace format),
+`nanospec.config` (the configs), `nanospec.metrics` (τ, coverage, speedup, identical-to-ar and
+token origins, each defined once), `nanospec.events` (step events, summaries, the trace format),
 `nanospec.timing` (phase names), `nanospec.pair` (`load_pair`: target + head + frequency table),
 `nanospec.paths` (`ASSETS`), `nanospec.data.prompts` (the prompt set and prompt files), and, for
 tests and development only, `nanospec.bench.random_pair` (random-weight models). Anything else,
 and any name starting with `_`, may change without notice.
 """
 
+from . import metrics
 from .config import METHODS, GenerationConfig, SamplingConfig, TreeConfig, VocabConfig
 from .engine import Run, RunResult, SpecEngine
 from .events import RunSummary, StepEvent, events_to_frame, load_trace, save_trace
@@ -15,5 +17,5 @@ from .events import RunSummary, StepEvent, events_to_frame, load_trace, save_tra
 __all__ = [
     "METHODS", "GenerationConfig", "SamplingConfig", "TreeConfig", "VocabConfig",
     "Run", "RunResult", "SpecEngine", "RunSummary", "StepEvent", "events_to_frame",
-    "load_trace", "save_trace",
+    "load_trace", "save_trace", "metrics",
 ]
