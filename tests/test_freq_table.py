@@ -110,3 +110,93 @@ def test_shipped_table():
 def test_main_rejects_bad_budget():
     with pytest.raises(SystemExit):
         freq_table.main(["--max-tokens", "0"])
+
+
+# ---- tables for other tokenizers, FR-Spec ranked ids ---------------------------------------------
+
+
+def write_word_tokenizer(folder, extra_added=()):
+    """A tiny word-level tokenizer.json (+ tokenizer_config.json with a chat template)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["<unk>", "the", "cat", "sat", "<s>"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens(["<s>"])
+    tokenizer.add_tokens(list(extra_added))
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    template = "{% for m in messages %}<s> {{ m['content'] }} {% endfor %}"
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "bos_token": "<s>"}))
+    return folder
+
+
+def test_tokenizer_from_file_counts_and_drops_added_tokens(tmp_path):
+    from nanospec.data.tokenizer_files import tokenizer_from_file
+
+    folder = write_word_tokenizer(tmp_path / "tok", extra_added=("<think>",))
+    full = tokenizer_from_file(folder)
+    assert full("the <think> cat", add_special_tokens=False)["input_ids"] == [1, 5, 2]
+    trimmed = tokenizer_from_file(folder / "tokenizer.json", keep_ids_below=5)
+    assert len(trimmed) == 5
+    assert 5 not in trimmed("the <think> cat", add_special_tokens=False)["input_ids"]
+    rendered = trimmed.apply_chat_template([{"role": "user", "content": "cat"}], tokenize=False)
+    assert rendered.startswith("<s> cat")
+    counts = count_tokens(trimmed, [source("s", ["the cat sat the"])], max_tokens=100, vocab_size=8)
+    assert counts.tolist() == [0, 2, 1, 1, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match="vocab-size"):
+        count_tokens(full, [source("s", ["<think>"])], max_tokens=100, vocab_size=3)
+    with pytest.raises(ValueError, match="tokenizer.json"):
+        tokenizer_from_file(tmp_path / "nowhere")
+
+
+def test_main_with_a_tokenizer_json(tmp_path, monkeypatch):
+    folder = write_word_tokenizer(tmp_path / "tok")
+    monkeypatch.setattr(freq_table, "stdlib_source", lambda: source("python-stdlib", ["the cat sat"] * 3))
+    out = tmp_path / "t.safetensors"
+    assert freq_table.main(["--tokenizer", str(folder), "--out", str(out), "--vocab-size", "6",
+                            "--sources", "stdlib", "--max-tokens", "7"]) == 0
+    counts = load_frequency_table(out)
+    assert counts.tolist() == [0, 3, 2, 2, 0, 0]  # 7 tokens: the document cut mid-way
+    meta = freq_table.table_metadata(out)
+    assert json.loads(meta["sources"])["python-stdlib"]["tokens"] == 7
+    assert "--tokenizer" in meta["command"] and "--vocab-size 6" in meta["command"]
+    with pytest.raises(SystemExit):
+        freq_table.main(["--tokenizer", str(folder)])  # a path needs --out
+    with pytest.raises(SystemExit):
+        freq_table.main(["--sources", "stdlib,web"])
+
+
+def test_fr_spec_ranked_ids(tmp_path):
+    torch.save([7, 2, 5], tmp_path / "freq_3.pt")  # FR-Spec's layout: a list, most frequent first
+    counts = load_frequency_table(tmp_path / "freq_3.pt", vocab_size=9)
+    assert counts.shape == (9,) and top_ids(counts, 3).tolist() == [7, 2, 5]
+    assert top_ids(counts, 5).tolist() == [7, 2, 5, 0, 1]
+    torch.save(torch.tensor([1, 0]), tmp_path / "freq_2.pt")
+    assert top_ids(load_frequency_table(tmp_path / "freq_2.pt", vocab_size=4), 2).tolist() == [1, 0]
+    with pytest.raises(ValueError, match="vocabulary size"):
+        load_frequency_table(tmp_path / "freq_3.pt")
+    with pytest.raises(ValueError, match=r"ids must be in \[0, 6\)"):
+        load_frequency_table(tmp_path / "freq_3.pt", vocab_size=6)
+    torch.save([1, 1], tmp_path / "freq_dup.pt")
+    with pytest.raises(ValueError, match="repeat"):
+        load_frequency_table(tmp_path / "freq_dup.pt", vocab_size=4)
+    (tmp_path / "t.txt").write_text("1 2")
+    with pytest.raises(ValueError, match="safetensors"):
+        load_frequency_table(tmp_path / "t.txt")
+
+
+@pytest.mark.parametrize("name, vocab, ids_below", [("llama3", 128_256, 128_256), ("qwen2", 152_064, 151_646)])
+def test_shipped_large_vocabulary_tables(name, vocab, ids_below):
+    from nanospec.data.tokenizer_files import SPECS
+
+    path = SPECS[name].out
+    assert path.stat().st_size < 700_000
+    counts = load_frequency_table(path)
+    assert counts.shape == (vocab,) and int(counts.min()) >= 0
+    assert int(counts[ids_below:].sum()) == 0
+    meta = freq_table.table_metadata(path)
+    sources = json.loads(meta["sources"])
+    assert {"python-stdlib", "prompts-train"} <= set(sources)
+    assert sum(s["tokens"] for s in sources.values()) == int(counts.sum()) >= 1_000_000
+    assert f"`{path.name}`" in (freq_table.ASSET_DIR / "README.md").read_text()

