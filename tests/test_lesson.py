@@ -11,8 +11,8 @@ import gradio as gr
 import plotly.graph_objects as go
 import pytest
 
-from app import lesson as lesson_tab
-from app import lesson_content as lc
+from app import lesson as lc
+from app.lesson import tab as lesson_tab
 from nanospec.lesson import record as lesson_traces
 from nanospec.pair import DEFAULT_HEAD
 

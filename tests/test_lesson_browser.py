@@ -71,7 +71,7 @@ def _settle(page) -> None:
 
 
 def test_walk_all_chapters_with_next(lesson_url, browser):
-    from app.lesson_content import CHAPTERS
+    from app.lesson import CHAPTERS
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1600, "height": 1000})

@@ -3,7 +3,7 @@
     python -m nanospec record-lesson                  # shipped head -> assets/lesson/
     python -m nanospec record-lesson -- --head random   # development only, before the head exists
 
-Writes two files the lesson tab (app/lesson.py) reads without ever loading a model:
+Writes two files the lesson tab (app/lesson/) reads without ever loading a model:
     lesson_runs.json.gz   every (prompt, run) as a `nanospec-trace` document (events, summary, meta)
     lm_head_sweep.json    LM-head matmul time vs vocabulary size at the default hidden size
 Both carry the command that made them and a label of the machine it ran on.

@@ -7,7 +7,7 @@
         register_deep_link(demo, lesson)           # ?chapter=5 and ?presenter=1
 
 Every chapter is drawn from assets/lesson/ (written by `python -m nanospec record-lesson`); nothing
-here loads a model. Chapter texts and charts are pure functions in app/lesson_content.py.
+here loads a model. Chapter texts and charts are pure functions in app/lesson/chapters.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from . import lesson_content as lc
+from . import chapters as lc
+from .data import RUN_LABELS, Lesson, load_lesson
 
 log = logging.getLogger(__name__)
 SPEEDS = (0.5, 4.0)  # Play speed bounds, steps per second
@@ -74,9 +75,9 @@ class LessonHandles:
 
 
 @functools.lru_cache(maxsize=1)
-def lesson_data() -> lc.Lesson:
+def lesson_data() -> Lesson:
     """The recorded traces, read once per process (read-only, shared by every session)."""
-    return lc.load_lesson()
+    return load_lesson()
 
 
 # -- callbacks -------------------------------------------------------------------------------------
@@ -88,7 +89,7 @@ def _clamp_chapter(number) -> int:
     return min(max(number, 1), len(lc.CHAPTERS))
 
 
-def _prompt(lesson: lc.Lesson, prompt_id) -> str:
+def _prompt(lesson: Lesson, prompt_id) -> str:
     return prompt_id if prompt_id in lesson.prompt_ids else lesson.prompt_ids[0]
 
 
@@ -117,7 +118,7 @@ def open_chapter(number, prompt_id, presenter) -> tuple:
 
 
 def _step_label(number: int, last: int) -> str:
-    return f"Step of the recorded {lc.RUN_LABELS[lc.chapter(number).run]} run (0 = prefill, {last} = last)"
+    return f"Step of the recorded {RUN_LABELS[lc.chapter(number).run]} run (0 = prefill, {last} = last)"
 
 
 def shift_chapter(number, prompt_id, presenter, delta: int) -> tuple:

@@ -1,0 +1,181 @@
+"""The lesson's chapters: each one object carrying its run, idea, figure, narration, token view and start step.
+
+    c = chapter(3)
+    c.figure(lesson, run, step, presenter)   # go.Figure
+    c.narrate(lesson, run, step)             # Markdown: what the chart shows at this step
+    c.tokens(run, step)                      # HTML: the answer with the step's tokens highlighted
+    c.start(run)                             # the step worth opening the chapter on
+
+The module functions below (`chapter_text`, `chapter_figure`, ...) take (lesson, number, prompt id,
+step) and look up the chapter's run; the Gradio tab (app/lesson/tab.py) calls only those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from ..inputs import DEFAULTS
+from . import figures, narration, views
+from .data import Lesson, LessonRun
+
+FigureFn = Callable[[Lesson, LessonRun, int, bool], go.Figure]
+NarrateFn = Callable[[Lesson, LessonRun, int], str]
+TokensFn = Callable[[LessonRun, int], str]
+StartFn = Callable[[LessonRun], int]
+
+
+# -- where a chapter opens -------------------------------------------------------------------------
+def _decode(run: LessonRun) -> list:
+    return [e for e in run.events if e.step > 0]
+
+
+def first_decode_step(run: LessonRun) -> int:
+    return 1 if _decode(run) else 0
+
+
+def longest_early_step(run: LessonRun) -> int:
+    """The step that wrote the most tokens in the first half of the run (a good draft to look at)."""
+    decode = _decode(run)
+    if not decode:
+        return 0
+    return max(decode[: max(1, len(decode) // 2)], key=lambda e: len(e.tokens)).step
+
+
+def eighth_step(run: LessonRun) -> int:
+    return min(run.last_step, 8) if _decode(run) else 0
+
+
+def first_vocab_miss(run: LessonRun) -> int:
+    """The first step whose bonus token was a vocabulary miss (else the first decode step)."""
+    miss = next((e.step for e in _decode(run) if e.miss_kind == "vocab"), None)
+    return miss if miss is not None else first_decode_step(run)
+
+
+# -- the chapters ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Chapter:
+    number: int
+    title: str
+    run: str     # the recorded run the step controls walk through
+    idea: str    # a few plain sentences, one idea
+    live: dict   # settings for "Try it live" (names match the app's controls)
+    figure: FigureFn
+    narrate: NarrateFn
+    tokens: TokensFn
+    start: StartFn
+
+
+_TREE = {k: DEFAULTS[k] for k in ("depth", "top_k", "total_tokens")}  # the engine's default tree
+CHAPTERS = (
+    Chapter(1, "Autoregressive decoding", "ar",
+            "A language model writes **one token at a time**. For each token the big **target** model runs one "
+            "full forward pass (earlier tokens are cached) and picks its most likely next token. So there are as "
+            "many target forwards as tokens, and every forward costs about the same: the speed limit is **one "
+            "token per forward**.",
+            {"method": "ar", **_TREE},
+            figures.ar_figure, narration.ar_now, views.origin_view, first_decode_step),
+    Chapter(2, "Draft and verify", "greedy",
+            "A small, cheap **drafter** guesses the next few tokens as a chain. The target then checks all guesses "
+            "**in a single forward**: it keeps the longest prefix that matches what it would have written itself "
+            "(**accepted**, green) and adds one token of its own after it (the **bonus** token, blue). Every kept "
+            "token is exactly the target's own choice, so the text is **identical** to plain decoding (lossless) — "
+            "only fewer forwards are needed.",
+            {"method": "full", "depth": 5, "top_k": 1, "total_tokens": 6},
+            figures.chain_figure, narration.chain_now, views.origin_view, longest_early_step),
+    Chapter(3, "Draft trees", "full",
+            "A chain is lost at its first wrong guess. A **draft tree** keeps several candidates at every level "
+            f"(here the best {_TREE['top_k']} per level, {_TREE['depth']} levels, {_TREE['total_tokens'] - 1} drafted "
+            "tokens) and the target verifies the **whole tree in "
+            "one forward**: an attention mask lets each node see only its own ancestors. The longest branch the "
+            "target agrees with is accepted (green path), so more tokens survive per forward.",
+            {"method": "full", **_TREE},
+            figures.tree_chapter_figure, narration.tree_now, views.origin_view, longest_early_step),
+    Chapter(4, "The vocabulary bottleneck", "full",
+            "To score its guesses the drafter multiplies its output by the **LM head**: one row for **every** "
+            "token of the vocabulary (V = 49,152 here). That one matmul is a large share of the drafter's time, "
+            "and it grows in step with V — and modern tokenizers have 128k to 256k tokens.",
+            {"method": "full", **_TREE},
+            figures.bottleneck_figure, narration.bottleneck_now, views.origin_view, first_decode_step),
+    Chapter(5, "Temporal locality", "ar",
+            "The tokens a model writes are **rarely new**. Most already appeared in the prompt or earlier in the "
+            "answer, or were among the target's own **top-3 guesses** at an earlier position. So the drafter "
+            "does not need the whole vocabulary: the recent context already holds the likely candidates.",
+            {"method": "nanospec", **_TREE},
+            figures.locality_figure, narration.locality_now, views.locality_view, eighth_step),
+    Chapter(6, "NanoSpec's active vocabulary", "nanospec",
+            "NanoSpec lets the drafter score only an **active set** of tokens. At prefill (**Ctx**) it adds every "
+            "prompt token plus the target's top-3 guesses at every prompt position. After each verification "
+            "(**Ext**) it adds every token of the draft tree plus the target's top-3 at every tree node. The set "
+            f"only grows during a request (up to a capacity of {DEFAULTS['capacity']:,}, oldest out first) and starts "
+            "fresh for the "
+            "next request.",
+            {"method": "nanospec", **_TREE},
+            figures.active_set_figure, narration.active_now, views.origin_view, first_decode_step),
+    Chapter(7, "Coverage misses", "nanospec",
+            "If the token the target wants is **not** in the active set, the drafter cannot propose it: a **vocab "
+            "miss** (red). The target still verifies over the full vocabulary, so it simply writes that token as "
+            "the bonus — the output stays **exact**; we only lose the tokens that could have been accepted after "
+            "it (a lower τ). A **draft miss** (yellow) is different: the token was in the set, the drafter just "
+            "ranked it too low — that also happens with the full vocabulary.",
+            {"method": "nanospec", **_TREE},
+            figures.misses_figure, narration.misses_now, views.origin_view, first_vocab_miss),
+    Chapter(8, "The system side", "nanospec",
+            "Scoring fewer rows helps only if keeping the set up to date is cheap. NanoSpec keeps the active LM-head "
+            "rows in **one contiguous buffer** and copies in **only the new rows** each step. On a GPU that copy runs "
+            "on a **side stream**, overlapping the draft layer, and the membership mask and id buffer **stay on "
+            "the device**, so the loop never waits for the CPU.",
+            {"method": "nanospec", **_TREE},
+            figures.system_figure, narration.system_now, views.origin_view, first_decode_step),
+    Chapter(9, "Try it", "nanospec",
+            "Now run it yourself. **Try it live** opens the Live tab with this chapter's prompt and NanoSpec's "
+            "settings. Switch the method to `full` or `ar` and compare: every method writes the **same text**; "
+            "they differ in how many target forwards and how much draft time it takes.",
+            {"method": "nanospec", **_TREE},
+            figures.try_figure, narration.try_now, views.origin_view, first_decode_step),
+)
+
+
+def chapter(number: int) -> Chapter:
+    if not isinstance(number, int) or not 1 <= number <= len(CHAPTERS):
+        raise ValueError(f"chapter must be an integer in [1, {len(CHAPTERS)}]; got {number!r}")
+    return CHAPTERS[number - 1]
+
+
+def chapter_run(lesson: Lesson, number: int, prompt_id: str) -> LessonRun:
+    return lesson.run(prompt_id, chapter(number).run)
+
+
+def chapter_text(lesson: Lesson, number: int, prompt_id: str, step: int) -> str:
+    """Markdown: chapter heading, the idea, what the chart shows at this step, and where the trace came from."""
+    c = chapter(number)
+    return (f"## Chapter {c.number} · {c.title}\n\n{c.idea}\n\n"
+            f"{c.narrate(lesson, chapter_run(lesson, number, prompt_id), step)}\n\n"
+            + narration.provenance(lesson, prompt_id, c.run))
+
+
+def chapter_figure(lesson: Lesson, number: int, prompt_id: str, step: int, presenter: bool = False) -> go.Figure:
+    return chapter(number).figure(lesson, chapter_run(lesson, number, prompt_id), step, presenter)
+
+
+def chapter_tokens(lesson: Lesson, number: int, prompt_id: str, step: int) -> str:
+    return chapter(number).tokens(chapter_run(lesson, number, prompt_id), step)
+
+
+def chapter_steps(lesson: Lesson, number: int, prompt_id: str) -> int:
+    """The last step of the chapter's run (the step slider's maximum)."""
+    return chapter_run(lesson, number, prompt_id).last_step
+
+
+def start_step(lesson: Lesson, number: int, prompt_id: str) -> int:
+    """A step worth opening a chapter on: a multi-token step, or a vocab miss in chapter 7."""
+    return chapter(number).start(chapter_run(lesson, number, prompt_id))
+
+
+def live_settings(lesson: Lesson, number: int, prompt_id: str) -> dict:
+    """What "Try it live" puts into the app's controls: the chapter's prompt and decoding settings."""
+    settings = (lesson.info.get("settings") or {})
+    return {"prompt": lesson.prompt(prompt_id)["text"], "max_new_tokens": settings.get("max_new_tokens", 96),
+            "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": 3072, **chapter(number).live}

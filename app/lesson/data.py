@@ -1,0 +1,190 @@
+"""The recorded lesson material: load what `python -m nanospec record-lesson` wrote, and measure it.
+
+`load_lesson()` reads the bundle the recorder writes (file names and command come from
+`nanospec.lesson.record`); the measurement functions are pure and used by the chapters' figures
+and narration. Nothing here loads a model or touches Gradio.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from nanospec import metrics
+from nanospec.events import RunSummary, StepEvent, events_to_frame
+from nanospec.lesson.record import BUNDLE_FORMAT, COMMAND, LESSON_DIR, RUNS_FILE, SWEEP_FILE
+
+__all__ = ["BUNDLE_FORMAT", "COMMAND", "LESSON_DIR", "RUNS_FILE", "SWEEP_FILE", "RUN_LABELS", "SEEN", "Lesson",
+           "LessonRun", "load_lesson", "locality", "run_locality", "ctx_breakdown", "lm_head_share",
+           "summary_table", "phase_means", "SYSTEM_PHASES"]
+
+RUN_LABELS = {"ar": "ar", "greedy": "greedy chain", "full": "full", "static": "static",
+              "nanospec": "nanospec", "hybrid": "hybrid"}
+SEEN = {"prompt": ("in the prompt", "#3b6fd8"), "output": ("earlier in the answer", "#2e9d5b"),
+        "top3": ("in the target's earlier top-3", "#f2b134"), "new": ("new", "#d64545")}
+
+
+# -- the recorded material -------------------------------------------------------------------
+@dataclass
+class LessonRun:
+    """One recorded (prompt, run) trace with its frame and per-token bookkeeping precomputed."""
+
+    prompt_id: str
+    key: str
+    events: list[StepEvent]
+    summary: RunSummary
+    meta: dict
+    frame: pd.DataFrame = field(init=False)
+    token_steps: list[int] = field(init=False)   # step that emitted each output token
+
+    def __post_init__(self):
+        self.frame = events_to_frame(self.events)
+        self.token_steps = [e.step for e in self.events for _ in e.tokens]
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.summary.output_ids
+
+    @property
+    def pieces(self) -> list[str]:
+        return self.meta.get("pieces") or [f"⟨{t}⟩" for t in self.output_ids]
+
+    @property
+    def token_text(self) -> dict[int, str]:
+        return {int(k): v for k, v in self.meta.get("token_text", {}).items()}
+
+    @property
+    def last_step(self) -> int:
+        return self.events[-1].step
+
+    def event(self, step: int) -> StepEvent:
+        return self.events[max(0, min(step, self.last_step))]
+
+    def tokens_through(self, step: int) -> int:
+        """Output tokens emitted up to and including `step`."""
+        return sum(1 for s in self.token_steps if s <= step)
+
+
+@dataclass
+class Lesson:
+    runs: dict[tuple[str, str], LessonRun]
+    prompts: list[dict]
+    info: dict                  # command, recorded_at, machine, pair, settings
+    sweep: dict | None
+    derived: dict = field(default_factory=dict, repr=False)  # memo of whole-lesson aggregates
+
+    def run(self, prompt_id: str, key: str) -> LessonRun:
+        if (prompt_id, key) not in self.runs:
+            raise ValueError(f"no recorded run {key!r} for prompt {prompt_id!r}")
+        return self.runs[(prompt_id, key)]
+
+    @property
+    def prompt_ids(self) -> list[str]:
+        return [p["id"] for p in self.prompts]
+
+    def prompt(self, prompt_id: str) -> dict:
+        return next(p for p in self.prompts if p["id"] == prompt_id)
+
+    def keys(self, prompt_id: str) -> list[str]:
+        return [k for (p, k) in self.runs if p == prompt_id]
+
+
+def load_lesson(folder: str | Path | None = None) -> Lesson:
+    """Read the recorded runs (+ sweep, if present). FileNotFoundError / ValueError say what is wrong."""
+    folder = Path(folder) if folder is not None else LESSON_DIR
+    path = folder / RUNS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no lesson traces at {path}; record them with `{COMMAND}`")
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if not isinstance(doc, dict) or doc.get("format") != BUNDLE_FORMAT:
+        raise ValueError(f"{path.name} is not a lesson bundle written by `{COMMAND}`")
+    runs = {}
+    for trace in doc["runs"]:
+        meta = trace["meta"]
+        run = LessonRun(meta["prompt_id"], meta["run"], [StepEvent.from_dict(e) for e in trace["events"]],
+                        RunSummary(**trace["summary"]), meta)
+        runs[(run.prompt_id, run.key)] = run
+    sweep_path = folder / SWEEP_FILE
+    sweep = json.loads(sweep_path.read_text()) if sweep_path.exists() else None
+    info = {k: doc.get(k) for k in ("command", "recorded_at", "machine", "pair", "settings")}
+    return Lesson(runs, doc["prompts"], info, sweep)
+
+
+
+# -- measurements on the traces ----------------------------------------------------------------
+def locality(prompt_ids: list[int], output_ids: list[int], top3: list[list[int]]) -> list[str]:
+    """Where each output token was seen before it was emitted (first match wins): the prompt, earlier
+    output, the target's top-3 at an earlier position (not the guess for this very position), or new."""
+    n = len(prompt_ids)
+    in_prompt = set(prompt_ids)
+    seen_out: set[int] = set()
+    guessed: set[int] = set()
+    upto = 0  # top3 rows already added; row i holds the guesses for position i + 1
+    out = []
+    for j, tok in enumerate(output_ids):
+        # token j sits at position n + j; its own guess is row n + j - 1, so take rows before that
+        for row in top3[upto: n + j - 1]:
+            guessed.update(row)
+        upto = max(upto, n + j - 1)
+        if tok in in_prompt:
+            out.append("prompt")
+        elif tok in seen_out:
+            out.append("output")
+        elif tok in guessed:
+            out.append("top3")
+        else:
+            out.append("new")
+        seen_out.add(tok)
+    return out
+
+
+def run_locality(run: LessonRun) -> list[str]:
+    return locality(run.meta["prompt_ids"], run.output_ids, run.meta["top3"])
+
+
+def ctx_breakdown(run: LessonRun) -> dict:
+    """What NanoSpec's Ctx step adds at prefill: unique prompt ids, plus more from the top-3 guesses."""
+    prompt = run.meta["prompt_ids"]
+    top = [t for row in run.meta["top3"][: len(prompt)] for t in row]
+    unique_prompt = len(set(prompt))
+    return {"prompt_tokens": len(prompt), "unique_prompt": unique_prompt,
+            "from_top3": len(set(prompt) | set(top)) - unique_prompt}
+
+
+def lm_head_share(run: LessonRun) -> float:
+    decode = run.frame[run.frame["step"] > 0]
+    draft = float(decode["draft_ms"].sum())
+    return float(decode["phase_lm_head"].sum()) / draft if draft > 0 else 0.0
+
+
+def summary_table(lesson: Lesson, prompt_id: str) -> pd.DataFrame:
+    """One row per recorded run of a prompt, with speedup over `ar` (same prompt, same recording)."""
+    rows = []
+    ar = lesson.run(prompt_id, "ar").summary.tokens_per_s
+    for key in lesson.keys(prompt_id):
+        s = lesson.run(prompt_id, key).summary
+        rows.append({"method": RUN_LABELS.get(key, key), "tokens_per_s": s.tokens_per_s,
+                     "speedup": metrics.speedup(s.tokens_per_s, ar), "tau": s.tau,
+                     "draft_ms_per_step": s.draft_ms_per_step, "mean_active": s.mean_active,
+                     "coverage": s.coverage, "identical": lesson.run(prompt_id, key).meta.get("identical_to_first")})
+    return pd.DataFrame(rows)
+
+
+SYSTEM_PHASES = ("draft_layers", "lm_head", "gather_wait", "topk", "vocab_update")
+
+
+def phase_means(lesson: Lesson, keys: list[str]) -> dict[str, dict[str, float]]:
+    """Mean ms per decode step of each draft-side phase, per run key, over every recorded prompt."""
+    memo = lesson.derived.setdefault("phase_means", {})
+    for key in keys:
+        if key not in memo:
+            decode = pd.concat([lesson.run(p, key).frame for p in lesson.prompt_ids if (p, key) in lesson.runs])
+            decode = decode[decode["step"] > 0]
+            memo[key] = {ph: float(decode[f"phase_{ph}"].mean()) for ph in SYSTEM_PHASES}
+    return memo
+

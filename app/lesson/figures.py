@@ -1,0 +1,269 @@
+"""The lesson's chapter figures: pure functions `(lesson, run, step, presenter) -> go.Figure`.
+
+`run` is the recorded run the chapter's step controls walk through; figures that compare runs
+find the others through `lesson`. Built on app/charts.py where the Live tab has the same chart.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..charts import (ACCEPTED, BONUS, ORIGIN_COLORS, PHASE_COLORS, compare_figure, coverage_figure, token_label,
+                      tree_figure, vocab_figure)
+from .data import COMMAND, SEEN, SYSTEM_PHASES, Lesson, LessonRun, lm_head_share, phase_means, run_locality, \
+    summary_table
+
+CURRENT = "#111111"
+SHORT = {3072: "NanoSpec", 32000: "Llama-2", 49152: "SmolLM2", 128256: "Llama-3", 151936: "Qwen", 256000: "Gemma"}
+
+
+# -- figure helpers ----------------------------------------------------------------------------
+def base_layout(title: str, presenter: bool = False, height: int = 420) -> dict:
+    size = 17 if presenter else 13
+    return dict(template="plotly_white", height=int(height * (1.2 if presenter else 1.0)),
+                font=dict(size=size), margin=dict(l=64, r=24, t=84, b=120),
+                title=dict(text=title, font=dict(size=size + 3), x=0, xanchor="left", y=0.98, yanchor="top"),
+                legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, font=dict(size=size - 1)))
+
+
+def presentable(fig: go.Figure, presenter: bool) -> go.Figure:
+    """Scale a figure made by app/charts.py for the room: larger fonts and node labels."""
+    size = 17 if presenter else 13
+    fig.update_layout(font=dict(size=size), title_font_size=size + 3, legend_font_size=size - 1)
+    if presenter:
+        fig.update_layout(height=int((fig.layout.height or 400) * 1.2))
+        fig.update_traces(textfont_size=15, selector=dict(mode="markers+text"))
+    return fig
+
+
+def mark_step(fig: go.Figure, step: int, label: str | None = None, xref: str = "x") -> go.Figure:
+    """A vertical line at the current step, so the chart points at what the text talks about."""
+    fig.add_shape(type="line", x0=step, x1=step, y0=0, y1=1, xref=xref, yref="paper",
+                  line=dict(color=CURRENT, width=2, dash="dot"))
+    fig.add_annotation(x=step, y=1, xref=xref, yref="paper", text=label or f"step {step}", showarrow=False,
+                       yanchor="top", xanchor="left", font=dict(color=CURRENT), bgcolor="rgba(255,255,255,0.85)")
+    return fig
+
+
+def _opacity(xs, current) -> list[float]:
+    return [1.0 if x == current else 0.35 for x in xs]
+
+
+def _tok(run: LessonRun, token_id: int, width: int = 12) -> str:
+    return token_label(token_id, run.token_text)[:width]
+
+
+# -- chapter figures ---------------------------------------------------------------------------
+def ar_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+    """Ch. 1: one bar per target forward; the current one dark; tokens so far on a second axis."""
+    decode = run.frame[run.frame["step"] > 0]
+    steps = decode["step"].tolist()
+    median = statistics.median(decode["wall_ms"]) if len(decode) else 0.0
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Bar(x=steps, y=decode["wall_ms"].tolist(), name="one target forward (ms)",
+                         marker_color="#3b6fd8", marker_opacity=_opacity(steps, step),
+                         hovertext=[f"step {s}: emitted «{_tok(run, t)}»"
+                                    for s, t in zip(steps, decode["bonus_token"])],
+                         hovertemplate="%{hovertext}<br>%{y:.1f} ms<extra></extra>"), secondary_y=False)
+    fig.add_trace(go.Scatter(x=steps, y=list(range(1, len(steps) + 1)), name="tokens written so far",
+                             mode="lines", line=dict(color="#2e9d5b", width=3)), secondary_y=True)
+    if step > 0:
+        cur = decode[decode["step"] == step]
+        fig.add_trace(go.Bar(x=cur["step"].tolist(), y=cur["wall_ms"].tolist(), name=f"step {step}",
+                             marker_color=CURRENT, hoverinfo="skip"), secondary_y=False)
+    fig.update_layout(**base_layout(f"Autoregressive: 1 token per target forward · median {median:.1f} ms "
+                                    f"per forward", presenter), bargap=0.15, barmode="overlay")
+    fig.update_xaxes(title_text="decode step = token number")
+    fig.update_yaxes(title_text="ms per forward", secondary_y=False)
+    fig.update_yaxes(title_text="tokens", showgrid=False, rangemode="tozero", secondary_y=True)
+    return mark_step(fig, step) if step > 0 else fig
+
+
+def chain_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+    """Ch. 2: the drafted chain of one step against what the target says, and τ per step below."""
+    e = run.event(step)
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.58, 0.42], vertical_spacing=0.2,
+                        subplot_titles=(f"Step {e.step}: drafter proposes a chain, target verifies it in one forward",
+                                        "Tokens per target forward, every step (green = accepted, blue = bonus)"))
+    n_acc = len(e.accepted_tokens)
+    drafted = e.tree_tokens[1:]
+    size = 16 if presenter else 12
+    marker = 46 if presenter else 38
+    # the root (last token written) on the left; drafted tokens at x = 1..k
+    fig.add_trace(go.Scatter(x=[0], y=[0.5], mode="markers+text", text=[_tok(run, e.root_token, 9)],
+                             textposition="middle center", marker=dict(symbol="square", size=marker, color="#e6e6e6",
+                             line=dict(color="#555", width=1.5)), textfont=dict(size=size), name="last token",
+                             hoverinfo="skip", showlegend=False), row=1, col=1)
+    colors = ["#2e9d5b" if i < n_acc else ("#d64545" if i == n_acc else "#c8c8c8") for i in range(len(drafted))]
+    words = ["accepted" if i < n_acc else ("first mismatch" if i == n_acc else "discarded")
+             for i in range(len(drafted))]
+    if drafted:
+        fig.add_trace(go.Scatter(x=list(range(1, len(drafted) + 1)), y=[1] * len(drafted), mode="markers+text",
+                                 text=[_tok(run, t, 9) for t in drafted], textposition="middle center",
+                                 textfont=dict(size=size, color="white"), name="drafted",
+                                 marker=dict(symbol="square", size=marker, color=colors), showlegend=False,
+                                 hovertext=words, hoverinfo="text"), row=1, col=1)
+    target_x = list(range(1, n_acc + 2))
+    target_txt = ["✓"] * n_acc + [_tok(run, e.bonus_token, 9)]
+    fig.add_trace(go.Scatter(x=target_x, y=[0] * len(target_x), mode="markers+text", text=target_txt,
+                             textposition="middle center", textfont=dict(size=size, color="white"),
+                             marker=dict(symbol="square", size=marker,
+                                         color=["#2e9d5b"] * n_acc + [ORIGIN_COLORS[BONUS]]),
+                             hovertext=["target agrees"] * n_acc + ["bonus token: the target's own choice"],
+                             hoverinfo="text", showlegend=False), row=1, col=1)
+    fig.update_yaxes(tickvals=[0, 1], ticktext=["target", "drafter"], range=[-0.6, 1.6], row=1, col=1)
+    fig.update_xaxes(range=[-0.7, max(len(drafted), n_acc + 1) + 0.7], dtick=1, title_text="position after the "
+                     "last token", row=1, col=1)
+    decode = run.frame[run.frame["step"] > 0]
+    steps = decode["step"].tolist()
+    for name, ys, color in (("accepted", decode["n_accepted"].tolist(), ORIGIN_COLORS[ACCEPTED]),
+                            ("bonus", [1] * len(steps), ORIGIN_COLORS[BONUS])):
+        fig.add_trace(go.Bar(x=steps, y=ys, name=name, marker_color=color, marker_opacity=_opacity(steps, step),
+                             showlegend=False, hovertemplate="step %{x}: %{y}<extra>" + name + "</extra>"),
+                      row=2, col=1)
+    fig.update_layout(**base_layout(f"Draft and verify (greedy chain) · τ = {run.summary.tau:.2f} tokens per "
+                                    "target forward", presenter, 520), barmode="stack", bargap=0.15)
+    fig.update_xaxes(title_text="decode step", row=2, col=1)
+    fig.update_yaxes(title_text="tokens", row=2, col=1)
+    fig.update_annotations(font_size=size)
+    return mark_step(fig, step, xref="x2") if step > 0 else fig
+
+
+def tree_chapter_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+    """Ch. 3: the EAGLE-2 tree of the current step, accepted path in green (app/charts.tree_figure)."""
+    fig = tree_figure(run.frame, step, run.token_text)
+    fig.update_layout(title_text=fig.layout.title.text + f" · τ over the run = {run.summary.tau:.2f}")
+    return presentable(fig, presenter)
+
+
+def bottleneck_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+    """Ch. 4: draft time per step split by phase (full vocabulary) | LM-head time vs vocabulary size."""
+    share, sweep = lm_head_share(run), lesson.sweep
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.12,
+                        subplot_titles=(f"Draft time per step, full vocabulary: LM head = {share:.0%}",
+                                        "LM-head matmul vs vocabulary size (6 rows, hidden 576)"))
+    decode = run.frame[run.frame["step"] > 0]
+    steps = decode["step"].tolist()
+    for phase in ("draft_layers", "lm_head", "topk", "gather_wait"):
+        fig.add_trace(go.Bar(x=steps, y=decode[f"phase_{phase}"].tolist(), name=phase,
+                             marker_color=PHASE_COLORS[phase], marker_opacity=_opacity(steps, step),
+                             hovertemplate="step %{x}: %{y:.2f} ms<extra>" + phase + "</extra>"), row=1, col=1)
+    fig.update_xaxes(title_text="decode step", row=1, col=1)
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    if sweep:
+        pts = [p for p in sweep["points"] if p["rows"] == 6]
+        labels = [f"{p['vocab'] / 1000:.0f}k<br>{SHORT.get(p['vocab'], p['label'])}" for p in pts]
+        colors = ["#2e9d5b" if p["vocab"] < 10_000 else ("#e8743b" if p["vocab"] == run.summary.vocab_size
+                                                         else "#7f8c8d") for p in pts]
+        fig.add_trace(go.Bar(x=labels, y=[p["ms"] for p in pts], marker_color=colors, showlegend=False,
+                             text=[f"{p['ms']:.2f}" for p in pts], textposition="outside", cliponaxis=False,
+                             hovertemplate="%{x}: %{y:.3f} ms<extra>median of " + str(sweep["repeats"]) + "</extra>"),
+                      row=1, col=2)
+        fig.update_yaxes(title_text="ms per matmul (median)", rangemode="tozero", row=1, col=2)
+        fig.update_xaxes(tickangle=0, tickfont=dict(size=11), row=1, col=2)
+        fig.add_annotation(text="measured on<br>" + sweep["machine"]["text"].replace(" · torch", "<br>torch"),
+                           xref="x2 domain", yref="y2 domain", x=0.02, y=0.98, showarrow=False, xanchor="left",
+                           yanchor="top", align="left", font=dict(size=11, color="#555"))
+    else:
+        fig.add_annotation(text=f"sweep not recorded: run `{COMMAND}`", xref="x2 domain", yref="y2 domain",
+                           x=0.5, y=0.5, showarrow=False)
+    fig.update_layout(**base_layout("The vocabulary bottleneck: the drafter's LM head scores every token",
+                                    presenter, 460), barmode="stack", bargap=0.15)
+    fig.update_annotations(font_size=15 if presenter else 12, selector=dict(showarrow=False, xref="paper"))
+    return mark_step(fig, step) if step > 0 else fig
+
+
+def locality_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+    """Ch. 5: running share of 'seen before' tokens for this prompt | the split for every prompt."""
+    prompt_id = run.prompt_id
+    kinds = run_locality(run)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], horizontal_spacing=0.12,
+                        subplot_titles=(f"{prompt_id}: where each new token was seen before",
+                                        "All recorded prompts"))
+    xs = list(range(1, len(kinds) + 1))
+    for kind, (label, color) in SEEN.items():
+        running = [100 * sum(k == kind for k in kinds[:i]) / i for i in xs]
+        fig.add_trace(go.Scatter(x=xs, y=running, name=label, mode="lines", stackgroup="seen",
+                                 line=dict(color=color, width=0.5), legendgroup=kind,
+                                 hovertemplate="after %{x} tokens: %{y:.0f}%<extra>" + label + "</extra>"),
+                      row=1, col=1)
+    fig.update_xaxes(title_text="tokens written", row=1, col=1)
+    fig.update_yaxes(title_text="% of tokens so far", range=[0, 100], row=1, col=1)
+    ids = lesson.prompt_ids
+    shares = {pid: run_locality(lesson.run(pid, "ar")) for pid in ids}
+    for kind, (label, color) in SEEN.items():
+        ys = [100 * sum(k == kind for k in shares[p]) / max(1, len(shares[p])) for p in ids]
+        fig.add_trace(go.Bar(x=[f"<b>{p}</b>" if p == prompt_id else p for p in ids], y=ys, name=label,
+                             marker_color=color, legendgroup=kind, showlegend=False,
+                             text=[f"{y:.0f}%" for y in ys], textposition="inside",
+                             hovertemplate="%{x}: %{y:.0f}%<extra>" + label + "</extra>"), row=1, col=2)
+    fig.update_yaxes(title_text="% of emitted tokens", range=[0, 100], row=1, col=2)
+    fig.update_layout(**base_layout("Temporal locality: most tokens were seen before they are written",
+                                    presenter, 440), barmode="stack")
+    token_no = run.tokens_through(step)
+    return mark_step(fig, token_no, f"token {token_no}") if token_no > 0 else fig
+
+
+def active_set_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+    """Ch. 6: active-set size per step against V and the capacity (app/charts.vocab_figure)."""
+    fig = vocab_figure(run.frame)
+    cap = run.meta["config"]["vocab"]["capacity"]
+    fig.add_shape(type="line", x0=0, x1=1, xref="x domain", y0=cap, y1=cap, yref="y",
+                  line=dict(color="#2e9d5b", dash="dot"))
+    fig.add_annotation(x=0.99, xref="x domain", y=math.log10(cap), yref="y", text=f"capacity {cap:,}",
+                       showarrow=False, xanchor="right", yanchor="bottom", font=dict(color="#2e9d5b"))
+    fig.update_layout(height=420, title_text=f"NanoSpec's active set: {run.summary.mean_active:,.0f} rows on "
+                      f"average = {run.summary.active_frac:.1%} of V")
+    return mark_step(presentable(fig, presenter), step)
+
+
+def misses_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+    """Ch. 7: vocab vs draft misses per step and running coverage (app/charts.coverage_figure)."""
+    fig = coverage_figure(run.frame)
+    counts = run.summary.miss_counts
+    fig.update_layout(height=420, title_text=f"Misses: {counts.get('vocab', 0)} vocab, {counts.get('draft', 0)} "
+                      f"draft in {run.summary.steps} steps · coverage {run.summary.coverage or 0:.1%}")
+    fig = presentable(fig, presenter)
+    return mark_step(fig, step) if step > 0 else fig
+
+
+def system_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+    """Ch. 8: mean draft-side ms per step by phase for each policy | LM-head ms per step, full vs nanospec."""
+    prompt_id = run.prompt_id
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.1,
+                        subplot_titles=("Draft-side time per step (mean over all prompts)",
+                                        f"{prompt_id}: LM-head time per step"))
+    keys = [k for k in ("full", "static", "nanospec", "hybrid") if (prompt_id, k) in lesson.runs]
+    means = phase_means(lesson, keys)
+    for phase in SYSTEM_PHASES:
+        fig.add_trace(go.Bar(x=keys, y=[means[k][phase] for k in keys],
+                             name=phase if phase != "vocab_update" else "vocab_update (set upkeep)",
+                             marker_color=PHASE_COLORS[phase],
+                             hovertemplate="%{x}: %{y:.2f} ms<extra>" + phase + "</extra>"), row=1, col=1)
+    fig.update_yaxes(title_text="ms per decode step", row=1, col=1)
+    for key, color in (("full", "#7f8c8d"), ("nanospec", "#e8743b")):
+        if (prompt_id, key) not in lesson.runs:
+            continue
+        d = lesson.run(prompt_id, key).frame
+        d = d[d["step"] > 0]
+        fig.add_trace(go.Scatter(x=d["step"].tolist(), y=d["phase_lm_head"].tolist(), mode="lines+markers",
+                                 name=f"{key}: lm_head", line=dict(color=color, width=2.5), marker=dict(size=5),
+                                 hovertemplate="step %{x}: %{y:.2f} ms<extra>" + key + "</extra>"), row=1, col=2)
+    fig.update_xaxes(title_text="decode step", row=1, col=2)
+    fig.update_yaxes(title_text="ms (log scale)", type="log", dtick=1, row=1, col=2)
+    fig.update_layout(**base_layout("The system side: where draft time goes, before (full) and after (nanospec)",
+                                    presenter, 440), barmode="stack")
+    return mark_step(fig, step, xref="x2") if step > 0 else fig
+
+
+def try_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+    """Ch. 9: the recorded runs side by side (app/charts.compare_figure)."""
+    fig = compare_figure(summary_table(lesson, run.prompt_id))
+    fig.update_layout(height=380, title_text=f"{run.prompt_id}: every recorded run, same prompt, same machine",
+                      margin=dict(t=90))
+    return presentable(fig, presenter)
+
