@@ -7,6 +7,7 @@ Every failure becomes a `gr.Error` in the page plus one `logging.warning` line o
 
 from __future__ import annotations
 
+import html
 import logging
 import math
 import queue
@@ -19,8 +20,7 @@ import pandas as pd
 import plotly.io as pio
 from gradio.components.plot import PlotData
 
-from nanospec import metrics
-from nanospec.events import RunSummary, summarize
+from nanospec import RunSummary, metrics, stop_message, summarize
 
 from . import charts
 from .decoding import StepPump, decode_thread
@@ -138,7 +138,19 @@ class Explorer:
             pump.stop()  # Stop / closed tab: the decoding thread ends after its current step
         if view.summary is not None:
             view.wall_s = view.summary.wall_s
-        yield self.live_outputs(view, charts_too=True, downloads=True, pair=self.provider.describe())
+        out = self.live_outputs(view, charts_too=True, downloads=True, pair=self.provider.describe())
+        if view.summary is not None and view.summary.stop_reason == "context_limit":
+            note = stop_message("context_limit", engine.max_context)
+            gr.Warning(note)
+            out = self._with_note(out, note)
+        yield out
+
+    @staticmethod
+    def _with_note(out: tuple, note: str) -> tuple:
+        """LIVE_OUTPUTS with a line under the KPIs (why the run ended early)."""
+        values = dict(zip(LIVE_OUTPUTS, out))
+        values["kpis"] = f'{values["kpis"]}<p class="stop-note" id="stop-note">⚠ {html.escape(note)}</p>'
+        return tuple(values[name] for name in LIVE_OUTPUTS)
 
     def live_outputs(self, view: RunView, charts_too: bool, step: int | None = None, downloads: bool = False,
                      pair: str | None = None) -> tuple:

@@ -58,7 +58,8 @@ class WordTokenizer:
         return "".join(f"{_WORDS[int(i) % len(_WORDS)]} " for i in ids)
 
 
-def tiny_loader(vocab: int = 32000, hidden: int = 64, layers: int = 2, step_delay_s: float = 0.0) -> Loader:
+def tiny_loader(vocab: int = 32000, hidden: int = 64, layers: int = 2, step_delay_s: float = 0.0,
+                max_positions: int = 2048) -> Loader:
     """A random-weight Llama + random head + `WordTokenizer` (loads in well under a second).
 
     `step_delay_s` slows every decode step down (tests of Stop / disconnect need a run that lasts).
@@ -67,7 +68,7 @@ def tiny_loader(vocab: int = 32000, hidden: int = 64, layers: int = 2, step_dela
         if progress:
             progress("building a tiny random model", 0.5)
         cfg = random_target_config(vocab, hidden, layers, heads=2, kv_heads=1, intermediate=2 * hidden,
-                                   max_positions=2048)
+                                   max_positions=max_positions)
         target = random_target(cfg, seed=0)
         frequent = torch.randperm(vocab, generator=torch.Generator().manual_seed(3))
         cls = _SlowEngine if step_delay_s > 0 else SpecEngine

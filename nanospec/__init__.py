@@ -13,10 +13,10 @@ and any name starting with `_`, may change without notice.
 from . import metrics
 from .config import METHODS, GenerationConfig, SamplingConfig, TreeConfig, VocabConfig
 from .engine import Run, RunResult, SpecEngine
-from .events import RunSummary, StepEvent, events_to_frame, load_trace, save_trace
+from .events import STOP_REASONS, RunSummary, StepEvent, events_to_frame, load_trace, save_trace, stop_message, summarize
 
 __all__ = [
     "METHODS", "GenerationConfig", "SamplingConfig", "TreeConfig", "VocabConfig",
     "Run", "RunResult", "SpecEngine", "RunSummary", "StepEvent", "events_to_frame",
-    "load_trace", "save_trace", "metrics",
+    "load_trace", "save_trace", "metrics", "STOP_REASONS", "stop_message", "summarize",
 ]

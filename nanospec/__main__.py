@@ -83,6 +83,9 @@ def cmd_generate(a) -> int:
           f"({100 * s.active_frac:.2f}% of V), coverage "
           f"{'-' if s.coverage is None else f'{100 * s.coverage:.1f}%'}, draft {s.draft_ms_per_step:.2f} ms/step, "
           f"stop: {s.stop_reason}", file=sys.stderr)
+    if s.stop_reason == "context_limit":
+        from .events import stop_message
+        print(f"note: {stop_message(s.stop_reason, engine.max_context)}", file=sys.stderr)
     if a.trace:
         from .events import save_trace
         save_trace(a.trace, run.events, s, meta={"target": info.target, "config": cfg.to_dict()})

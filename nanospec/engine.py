@@ -182,7 +182,7 @@ class SpecEngine:
         if state.emitted >= cfg.max_new_tokens:
             return "max_new_tokens"
         if state.length + cfg.tree.total_tokens + 1 > self.max_context:
-            return "context"
+            return "context_limit"  # the next step's tree would not fit; see events.stop_message
         return None
 
     @torch.inference_mode()

@@ -14,6 +14,18 @@ from .timing import DRAFT_PHASES, PHASES
 
 TRACE_VERSION = 1
 MISS_KINDS = ("none", "vocab", "draft")
+STOP_REASONS = ("eos", "max_new_tokens", "context_limit", "stopped")
+
+
+def stop_message(reason: str, max_context: int | None = None) -> str:
+    """Why a run ended, in words (the CLI prints it, the app shows it)."""
+    if reason == "context_limit":
+        size = f" of {max_context:,} tokens" if max_context else ""
+        return (f"stopped at the model's context limit{size}: the prompt, the answer so far and one draft "
+                "tree must fit in it. Shorten the prompt or ask for fewer new tokens.")
+    return {"eos": "the model ended its answer (end-of-sequence token)",
+            "max_new_tokens": "reached the requested number of new tokens",
+            "stopped": "stopped before the end (Stop, or the caller closed the run)"}.get(reason, reason)
 
 
 @dataclass
@@ -78,7 +90,7 @@ class RunSummary:
     lm_head_ms_per_step: float
     draft_share: float          # draft time / decode wall time
     prefill_ms: float
-    stop_reason: str            # eos | max_new_tokens | context | stopped
+    stop_reason: str            # one of STOP_REASONS: eos | max_new_tokens | context_limit | stopped
     output_ids: list[int] = field(default_factory=list)
     text: str = ""
     miss_counts: dict[str, int] = field(default_factory=dict)
