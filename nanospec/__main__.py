@@ -95,12 +95,15 @@ def cmd_generate(a) -> int:
 def cmd_compare(a) -> int:
     from .bench.compare import by_category, compare, format_by_category, format_table, peak_memory_mb, resident_split_mb
     from .data.prompts import load_prompts, prompt_messages
-    engine, info = _load(a)
+    from .pair import missing_before_load
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise ValueError(f"--methods: unknown {bad}; allowed: {', '.join(METHODS)}")
     items = load_prompts(a.prompts, split=a.split)[: a.limit or None]  # read once: messages and categories
+    methods = _skip(methods, missing_before_load(methods, a.model, a.head, a.freq_table))  # before loading
+    engine, info = _load(a)
+    methods = _skip(methods, {m: engine.missing_for(m) for m in methods if engine.missing_for(m)})
     prompts = [prompt_messages(item) for item in items]
     categories = [item.get("category", "-") for item in items]
     table = compare(engine, prompts, methods, _decode_options(a), prompt_lookup=a.prompt_lookup,
@@ -120,6 +123,13 @@ def cmd_compare(a) -> int:
         print(f"resident now: {split['rss']:.0f} MB = {split['anon']:.0f} MB anonymous + {split['file']:.0f} MB "
               "file-backed (mostly the model's safetensors, mapped by transformers: page cache, reclaimable)")
     return _save_and_check(table, a)
+
+
+def _skip(methods: list[str], missing: dict[str, str]) -> list[str]:
+    """`methods` less those in `missing`, each skipped with its reason printed."""
+    for method, reason in missing.items():
+        print(f"skipping {method}: {reason}", file=sys.stderr)
+    return [m for m in methods if m not in missing]
 
 
 def _prompt_progress(i: int, n: int) -> None:

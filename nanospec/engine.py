@@ -141,16 +141,23 @@ class SpecEngine:
         if config is not None and options:
             raise ValueError("pass either a GenerationConfig or keyword options, not both")
         cfg.validate()
-        if cfg.method != "ar" and self.head is None and self._drafter_factory == self._eagle_drafter:
-            raise ValueError(f"method {cfg.method!r} needs a draft head; only 'ar' runs without one")
-        if cfg.method in ("static", "hybrid") and self.frequent_ids is None:
-            raise ValueError(f"method {cfg.method!r} needs a token-frequency table (frequent_ids)")
+        missing = self.missing_for(cfg.method)
+        if missing:
+            raise ValueError(missing)
         ids = self._prompt_ids(prompt)
         need = len(ids) + cfg.tree.total_tokens + 1
         if need > self.max_context:
             raise ValueError(f"prompt is {len(ids)} tokens; with the tree it must fit the model's context of "
                              f"{self.max_context} tokens (at most {self.max_context - cfg.tree.total_tokens - 1})")
         return Run(self, ids, cfg)
+
+    def missing_for(self, method: str) -> str | None:
+        """Why this engine cannot run `method` (it lacks a draft head or a frequency table), or None."""
+        if method != "ar" and self.head is None and self._drafter_factory == self._eagle_drafter:
+            return f"method {method!r} needs a draft head; only 'ar' runs without one"
+        if method in ("static", "hybrid") and self.frequent_ids is None:
+            return f"method {method!r} needs a token-frequency table (frequent_ids)"
+        return None
 
     def generate(self, prompt, config: GenerationConfig | None = None, **options) -> RunResult:
         return self.stream(prompt, config, **options).result()

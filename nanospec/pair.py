@@ -24,6 +24,22 @@ class PairInfo:
     hidden_size: int
 
 
+def missing_before_load(methods: list[str], model: str | None = None, head: str | Path | None = None,
+                        freq_table: str | Path | None = None) -> dict[str, str]:
+    """{method: why it cannot run} for what `load_pair` with these arguments will lack, known without
+    loading anything: no draft head (every method but `ar`), no frequency table file (`static`, `hybrid`).
+    A table whose vocabulary does not match the target shows only after loading (`SpecEngine.missing_for`)."""
+    has_head = head is not None or (is_default_alias(model) and DEFAULT_HEAD.exists())
+    table = Path(freq_table) if freq_table is not None else DEFAULT_FREQ
+    out = {}
+    for method in methods:
+        if method != "ar" and not has_head:
+            out[method] = "needs a draft head (--head); this target has none"
+        elif method in ("static", "hybrid") and not table.exists():
+            out[method] = f"needs a token-frequency table (--freq-table); {table.name} does not exist"
+    return out
+
+
 def load_pair(model: str | None = None, head: str | Path | None = None, *, device: str | None = None,
               dtype: str | None = None, freq_table: str | Path | None = None,
               progress: ProgressFn | None = None, trust_remote_code: bool = False,

@@ -71,9 +71,12 @@ GOOD = json.dumps({"id": "a", "category": "qa", "split": "train", "prompt": "Hi?
     (json.dumps({"id": "b", "category": "qa", "split": "train"}), "exactly one of 'prompt' or 'turns'"),
     (json.dumps({"id": "b", "category": "qa", "split": "train", "prompt": "x",
                  "turns": [{"role": "user", "content": "x"}]}), "exactly one"),
-    (json.dumps({"id": "b", "category": "poetry", "split": "train", "prompt": "x"}), "category"),
     (json.dumps({"id": "b", "category": "qa", "split": "dev", "prompt": "x"}), "split"),
-    (json.dumps({"category": "qa", "split": "train", "prompt": "x"}), "'id'"),
+    (json.dumps({"id": "", "category": "qa", "split": "train", "prompt": "x"}), "field 'id'"),
+    (json.dumps({"prompt": 5}), "field 'prompt'"),
+    (json.dumps({"turns": ["first", 2]}), r"field 'turns'\[0\]"),
+    (json.dumps({"question_id": [1], "turns": ["x"]}), "field 'question_id'"),
+    ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
     (json.dumps({"id": "b", "category": "qa", "split": "train", "prompt": "  "}), "non-empty"),
     (json.dumps({"id": "b", "category": "multi_turn", "split": "train",
                  "turns": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}), "last turn"),
@@ -97,3 +100,41 @@ def test_blank_lines_are_skipped(tmp_path):
 def test_categories_are_balanced():
     counts = Counter(item["category"] for item in load_prompts())
     assert len(set(counts.values())) == 1  # 7 per category
+
+
+def test_the_project_set_requires_id_category_and_split(tmp_path, monkeypatch):
+    import nanospec.data.prompts as prompts
+
+    for bad, message in [({"category": "qa", "split": "train", "prompt": "x"}, "field 'id'"),
+                         ({"id": "b", "split": "train", "prompt": "x"}, "field 'category'"),
+                         ({"id": "b", "category": "poetry", "split": "train", "prompt": "x"}, "field 'category'")]:
+        path = write_lines(tmp_path / "own.jsonl", [GOOD, json.dumps(bad)])
+        monkeypatch.setattr(prompts, "DEFAULT_PROMPTS_PATH", path)
+        with pytest.raises(ValueError, match=message) as info:
+            load_prompts()
+        assert f"{path}:2:" in str(info.value)
+
+
+def test_a_users_own_file_needs_only_the_prompt(tmp_path):
+    turns = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
+    path = write_lines(tmp_path / "mine.jsonl", [json.dumps({"prompt": "Why is the sky blue?"}), json.dumps({"turns": turns}),
+                                                 json.dumps({"prompt": "x", "category": "poetry", "id": "p1"})])
+    items = load_prompts(path)
+    assert [i["id"] for i in items] == ["line-1", "line-2", "p1"]
+    assert prompt_messages(items[0]) == [{"role": "user", "content": "Why is the sky blue?"}]
+    assert prompt_messages(items[1]) == turns
+    assert [i["id"] for i in load_prompts(path, category="poetry")] == ["p1"]
+    with pytest.raises(ValueError, match="no line has a 'split' field"):
+        load_prompts(path, split="heldout")
+
+
+def test_spec_bench_question_file(tmp_path):
+    """Spec-Bench's question.jsonl: question_id, category, turns as user strings; the first turn is the prompt."""
+    lines = [json.dumps({"question_id": 81, "category": "writing",
+                         "turns": ["Compose a travel blog post about Hawaii.", "Rewrite it starting every sentence with A."]}),
+             json.dumps({"question_id": 161, "category": "translation", "turns": ["Translate to English: Bonjour."]})]
+    items = load_prompts(write_lines(tmp_path / "question.jsonl", lines))
+    assert [(i["id"], i["category"]) for i in items] == [("81", "writing"), ("161", "translation")]
+    assert prompt_messages(items[0]) == [{"role": "user", "content": "Compose a travel blog post about Hawaii."}]
+    with pytest.raises(ValueError, match="duplicate id '81'"):
+        load_prompts(write_lines(tmp_path / "dup.jsonl", [lines[0], lines[0]]))
