@@ -1,10 +1,13 @@
 """EAGLE-1/2 draft head: fc(concat(embed(x[t+1]), f[t])) -> Llama decoder layer(s) -> next feature.
 
-Checkpoint layout (public EAGLE-1/2 heads and ours): a folder with a Llama `config.json`
-(optional `"bias"` for `fc`, default true) and `model.safetensors` or `pytorch_model.bin` with
-`fc.weight` [H, 2H] (input order: embedding, then feature), `fc.bias`, `layers.N.*` (layer 0
-has no `input_layernorm`) and optionally `embed_tokens.weight`. Logits come from the target's
-own LM head, applied by the vocabulary policy.
+Checkpoint layout (public EAGLE-1/2 heads and ours): a folder with a Llama-style `config.json`
+(optional `"bias"` for `fc`, default true; optional `"qkv_bias"`, as in EAGLE's `cnets1.py`: the
+Qwen2 heads' q/k/v projections carry biases, their o_proj none) and `model.safetensors` or
+`pytorch_model.bin` with `fc.weight` [H, 2H] (input order: embedding, then feature), `fc.bias`,
+`layers.N.*` (layer 0 has no `input_layernorm`) and optionally `embed_tokens.weight`. A head's
+own embedding is dropped in favour of the target's when the two are equal (an 8B head's copy
+would cost 1 GB); when they differ the head keeps its own and `EagleHead.notes` says so.
+Logits come from the target's own LM head, applied by the vocabulary policy.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
 class EagleHead(nn.Module):
-    def __init__(self, config: LlamaConfig, bias: bool = True, with_embedding: bool = False):
+    def __init__(self, config: LlamaConfig, bias: bool = True, with_embedding: bool = False,
+                 qkv_bias: bool = False):
         super().__init__()
         config._attn_implementation = "sdpa"
         self.config = config
@@ -30,7 +34,14 @@ class EagleHead(nn.Module):
         self.fc = nn.Linear(2 * h, h, bias=bias)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.layers[0].input_layernorm = nn.Identity()  # EAGLE: the first layer reads fc's output raw
+        if qkv_bias:  # Qwen2-style: biases on q/k/v only (transformers' attention_bias would add o_proj's too)
+            for layer in self.layers:
+                for name in ("q_proj", "k_proj", "v_proj"):
+                    old = getattr(layer.self_attn, name)
+                    setattr(layer.self_attn, name, nn.Linear(old.in_features, old.out_features, bias=True))
+        self.qkv_bias = qkv_bias
         self.rotary_emb = LlamaRotaryEmbedding(config)
+        self.notes: list[str] = []  # what loading decided (e.g. about the head's own embedding)
 
     @property
     def hidden_size(self) -> int:
@@ -79,6 +90,8 @@ def save_head(head: EagleHead, folder: str | Path, dtype: torch.dtype | None = N
     folder.mkdir(parents=True, exist_ok=True)
     cfg = head.config.to_dict()
     cfg["bias"] = head.fc.bias is not None
+    if head.qkv_bias:
+        cfg["qkv_bias"] = True
     cfg["architectures"] = ["LlamaForCausalLM"]
     (folder / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
     state = {k: v.detach().to(dtype or v.dtype).contiguous() for k, v in head.state_dict().items()
@@ -106,13 +119,17 @@ def load_head(folder: str | Path, target=None, device: torch.device | str = "cpu
         raise ValueError(f"draft head folder {folder} must contain config.json (EAGLE-1/2 layout)")
     raw = json.loads((folder / "config.json").read_text())
     bias = bool(raw.pop("bias", True))
+    qkv_bias = bool(raw.pop("qkv_bias", False))
     config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
     state = _read_state(folder)
     # older public heads carry per-layer `rotary_emb.inv_freq` buffers; rotary tables are recomputed here
     state = {k.removeprefix("model."): v for k, v in state.items() if "rotary_emb." not in k}
+    notes: list[str] = []
     if target is not None:
         check_head_matches(config, target.config)
-    head = EagleHead(config, bias=bias, with_embedding="embed_tokens.weight" in state)
+        notes = _reuse_target_embedding(state, target)
+    head = EagleHead(config, bias=bias, with_embedding="embed_tokens.weight" in state, qkv_bias=qkv_bias)
+    head.notes = notes
     missing, unexpected = head.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith("rotary_emb.")]
     if missing or unexpected:
@@ -120,6 +137,30 @@ def load_head(folder: str | Path, target=None, device: torch.device | str = "cpu
     head.to(device=device, dtype=dtype or next(iter(state.values())).dtype)
     head.eval().requires_grad_(False)
     return head
+
+
+def _reuse_target_embedding(state: dict[str, torch.Tensor], target) -> list[str]:
+    """Drop the head's `embed_tokens.weight` from `state` when it equals the target's input embedding."""
+    own = state.get("embed_tokens.weight")
+    if own is None:
+        return []
+    theirs = target.get_input_embeddings().weight
+    size_mb = own.numel() * own.element_size() / 2**20
+    if tuple(own.shape) == tuple(theirs.shape) and _same_values(own, theirs):
+        del state["embed_tokens.weight"]
+        return [f"the head's own embed_tokens {list(own.shape)} equals the target's: using the target's "
+                f"({size_mb:,.0f} MB not duplicated)"]
+    return [f"the head's own embed_tokens {list(own.shape)} differs from the target's "
+            f"{list(theirs.shape)}: the head uses its own ({size_mb:,.0f} MB extra)"]
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor, rows: int = 4096) -> bool:
+    """Exact equality compared in fp32 on b's device, a block of rows at a time (no second full copy)."""
+    for start in range(0, a.shape[0], rows):
+        block_a = a[start:start + rows].to(device=b.device, dtype=torch.float32)
+        if not torch.equal(block_a, b[start:start + rows].float()):
+            return False
+    return True
 
 
 def check_head_matches(head_config, target_config) -> None:

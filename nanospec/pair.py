@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import hub
 from .default_model import ProgressFn, is_default_alias
 from .engine import SpecEngine
 from .head import load_head
@@ -22,6 +23,7 @@ class PairInfo:
     dtype: str
     vocab_size: int
     hidden_size: int
+    notes: list[str] = field(default_factory=list)  # what loading decided, one sentence each
 
 
 def missing_before_load(methods: list[str], model: str | None = None, head: str | Path | None = None,
@@ -46,35 +48,48 @@ def load_pair(model: str | None = None, head: str | Path | None = None, *, devic
               pack_linears: bool = True) -> tuple[SpecEngine, PairInfo]:
     """`model=None` is the offline default SmolLM2-135M-Instruct with the project's shipped head.
 
-    A head folder may be omitted for other targets: then only `ar` runs. The frequency table
-    (for `static` / `hybrid`) defaults to the shipped one when its vocabulary matches the target.
+    `model` and `head` are folders or hub ids (fetched through `nanospec.hub`, with progress).
+    A head may be omitted for other targets: then only `ar` runs. The frequency table (for `static` /
+    `hybrid`; `.safetensors`/`.npy` counts or FR-Spec's ranked `freq_*.pt`) defaults to the shipped
+    one when its vocabulary matches the target.
     `pack_linears=False` keeps PyTorch's default fp32 CPU linear kernel (see cpu_linear.py).
     """
-    from .data.freq_table import load_frequency_table, top_ids
     from .loading import load_target
 
+    name = model
+    if isinstance(model, str) and not is_default_alias(model) and not Path(model).expanduser().exists():
+        model = str(hub.fetch_folder(model, "target", progress))  # a hub id: downloaded, then a folder
     loaded = load_target(model, device=device, dtype=dtype, progress=progress, trust_remote_code=trust_remote_code)
     target = loaded.model
     if head is None and is_default_alias(model) and DEFAULT_HEAD.exists():
         head = DEFAULT_HEAD
     draft = None
     if head is not None:
-        head_path = Path(head)
-        if not head_path.is_dir():
-            raise ValueError(f"head must be a folder with an EAGLE-1/2 checkpoint; {head} is not a folder")
+        head_path = hub.fetch_folder(str(head), "draft head", progress)
         draft = load_head(head_path, target=target, device=loaded.device, dtype=loaded.dtype)
     vocab = target.get_output_embeddings().weight.shape[0]
-    frequent = None
-    table = Path(freq_table) if freq_table is not None else DEFAULT_FREQ
-    if table.exists():
-        counts = load_frequency_table(table)
-        if counts.shape[0] == vocab:
-            frequent = top_ids(counts, vocab)
-        elif freq_table is not None:
-            raise ValueError(f"frequency table {table} has {counts.shape[0]} entries; the target's vocabulary has {vocab}")
-    engine = SpecEngine(target, loaded.tokenizer, draft, frequent_ids=frequent, pack_linears=pack_linears)
-    info = PairInfo(target=loaded.name, head=str(head) if head is not None else None, device=str(loaded.device),
+    engine = SpecEngine(target, loaded.tokenizer, draft, frequent_ids=_frequent_ids(freq_table, vocab),
+                        pack_linears=pack_linears)
+    info = PairInfo(target=loaded.name if name is None or loaded.source == "default" else str(name),
+                    head=str(head) if head is not None else None, device=str(loaded.device),
                     dtype=str(loaded.dtype).removeprefix("torch."), vocab_size=vocab,
-                    hidden_size=target.config.hidden_size)
+                    hidden_size=target.config.hidden_size, notes=list(draft.notes) if draft is not None else [])
     return engine, info
+
+
+def _frequent_ids(freq_table: str | Path | None, vocab: int):
+    """All ids by frequency from the table (None when the default table does not fit this vocabulary)."""
+    from .data.freq_table import load_frequency_table, top_ids
+
+    table = Path(freq_table) if freq_table is not None else DEFAULT_FREQ
+    if not table.exists():
+        if freq_table is not None:
+            raise ValueError(f"frequency table {table} does not exist")
+        return None
+    counts = load_frequency_table(table, vocab_size=vocab)
+    if counts.shape[0] == vocab:
+        return top_ids(counts, vocab)
+    if freq_table is not None:
+        raise ValueError(f"frequency table {table} has {counts.shape[0]} entries; the target's vocabulary has {vocab}")
+    return None
 
