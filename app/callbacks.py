@@ -25,8 +25,10 @@ from nanospec import RunSummary, metrics, stop_message, summarize
 from . import charts
 from .decoding import StepPump, decode_thread
 from .inputs import METHODS, generation_options, parse_prompt
-from .models import EngineProvider, on_gpu
+from .models import EngineProvider
 from .trace import RunView, TokenDecoder, load_view, save_downloads
+from .zerogpu import InlinePump, gpu_decoder
+from .zerogpu import active as zerogpu_active
 
 logger = logging.getLogger("nanospec.app")
 
@@ -53,7 +55,8 @@ class Explorer:
         self.provider = provider
         self.chart_interval_s = chart_interval_s
         self._warm: set[tuple] = set()          # (method, options) already run once in this process
-        self._decode = on_gpu(self._decode_steps)  # the only part that needs the accelerator
+        self._decode = gpu_decoder(self._decode_steps)  # the only part that needs the accelerator
+        self._pump = InlinePump if zerogpu_active() else StepPump  # ZeroGPU: no CUDA on other threads
 
     # -- model and decoding -------------------------------------------------------------
     def _engine(self, progress):
@@ -107,7 +110,7 @@ class Explorer:
         engine, info = self._engine(progress)
         view = RunView(meta={"prompt": prompt, "options": options, "pair": asdict(info)})
         decoder = TokenDecoder(engine.tokenizer)
-        pump = StepPump(self._decode(prompt, options))
+        pump = self._pump(self._decode(prompt, options))
         t0 = time.perf_counter()
         last_draw, draw_cost, first = t0, 0.0, True
         last: dict = {}
@@ -273,7 +276,7 @@ class Explorer:
 
     def _compare_run(self, prompt, options: dict, method: str, label: str):
         """(status text, None) per step, then ("", summary); runs in a `StepPump` so Stop acts per step."""
-        pump = StepPump(self._decode(prompt, options))
+        pump = self._pump(self._decode(prompt, options))
         tokens, summary = 0, None
         try:
             for batch in pump.batches():

@@ -79,11 +79,3 @@ def pair_loader(model: str | None = None, head: str | None = None, device: str |
 
     return load
 
-
-def on_gpu(fn):
-    """`spaces.GPU(fn)` on a Hugging Face ZeroGPU Space (when `spaces` imports), else `fn` unchanged."""
-    try:
-        import spaces  # type: ignore[import-not-found]
-    except ImportError:
-        return fn
-    return spaces.GPU(fn)

@@ -13,6 +13,7 @@ from .charts import ORIGIN_COLORS
 from .lesson import build_lesson_tab, register_deep_link
 from .inputs import DEFAULTS, LIMITS, METHODS, SPEC_METHODS, example_prompts
 from .models import EngineProvider, Loader, pair_loader
+from .pairs import PairProvider, build_pair_picker
 
 MODEL_QUEUE = "model"  # every event that runs the model shares this queue: one run at a time
 
@@ -26,10 +27,11 @@ METHOD_HELP = ("ar = plain autoregressive · full = EAGLE-2 tree over all V toke
 
 
 def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 1.0,
-              device_hint: str | None = None) -> gr.Blocks:
-    """The whole app. `engine_loader(progress) -> (SpecEngine, PairInfo)`; default: the offline pair."""
+              device_hint: str | None = None, provider: EngineProvider | None = None) -> gr.Blocks:
+    """The whole app. `engine_loader(progress) -> (SpecEngine, PairInfo)`; default: the offline pair.
+    A `PairProvider` (app/pairs.py) instead adds the pair picker."""
     # -- callbacks -------------------------------------------------------------------------
-    provider = EngineProvider(engine_loader or pair_loader(), device_hint=device_hint)
+    provider = provider or EngineProvider(engine_loader or pair_loader(), device_hint=device_hint)
     explorer = Explorer(provider, chart_interval_s=chart_interval_s)
     examples = example_prompts()
 
@@ -37,6 +39,8 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
     with gr.Blocks(title="NanoSpec Explorer") as demo:
         gr.Markdown(INTRO)
         pair_md = gr.Markdown(provider.describe(), elem_id="pair-info")
+        if isinstance(provider, PairProvider):
+            build_pair_picker(provider, pair_md, MODEL_QUEUE)
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 prompt = gr.Textbox(label="Prompt (the chat template is applied for you)", lines=4,

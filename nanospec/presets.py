@@ -1,0 +1,112 @@
+"""Pair presets (`assets/presets.json`): a target, its EAGLE head, a frequency table, and per device
+the dtype and draft tree to use, with a one-line description.
+
+    from nanospec.presets import get_preset
+    engine, info = get_preset("llama-3.2-1b").load(device="cuda")
+
+Relative paths in the file are relative to the project root; `"target": "default"` is the offline
+SmolLM2-135M-Instruct. Presets never enable `trust_remote_code`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import TreeConfig
+from .default_model import ProgressFn
+from .paths import ASSETS
+
+PRESETS_PATH = ASSETS / "presets.json"
+ROOT = ASSETS.parent
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    dtype: str
+    tree: TreeConfig
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    label: str
+    description: str
+    target: str
+    head: str | None
+    freq_table: str | None
+    devices: dict[str, DeviceSettings]
+
+    @property
+    def offline(self) -> bool:
+        """Runs without the hub: the offline default target and local files only."""
+        return self.target == "default" and not _is_remote(self.head)
+
+    def settings(self, device_type: str) -> DeviceSettings:
+        if device_type not in self.devices:
+            raise ValueError(f"preset {self.name!r} runs on {', '.join(self.devices)} only, not on {device_type}")
+        return self.devices[device_type]
+
+    def load(self, device: str | None = None, progress: ProgressFn | None = None, pack_linears: bool = True):
+        """`load_pair` with this preset's files and the dtype for `device` (default: CUDA if available)."""
+        from .loading import resolve_device
+        from .pair import load_pair
+
+        resolved = resolve_device(device)
+        settings = self.settings(resolved.type)
+        return load_pair(None if self.target == "default" else self.target, _local(self.head), device=str(resolved),
+                         dtype=settings.dtype, freq_table=_local(self.freq_table), progress=progress,
+                         trust_remote_code=False, pack_linears=pack_linears)
+
+
+def load_presets(path: str | Path | None = None) -> tuple[dict[str, Preset], str]:
+    """(presets by name, the default preset's name) from the presets file."""
+    path = Path(path) if path is not None else PRESETS_PATH
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    presets = {}
+    for entry in raw.get("presets", []):
+        preset = _parse(entry, path)
+        if preset.name in presets:
+            raise ValueError(f"{path}: preset {preset.name!r} appears twice")
+        presets[preset.name] = preset
+    default = raw.get("default")
+    if default not in presets:
+        raise ValueError(f"{path}: default preset {default!r} is not one of {sorted(presets)}")
+    return presets, default
+
+
+def get_preset(name: str | None = None, path: str | Path | None = None) -> Preset:
+    """The named preset (None: the file's default); ValueError naming the choices when unknown."""
+    presets, default = load_presets(path)
+    name = default if name is None else name
+    if name not in presets:
+        raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(presets)}")
+    return presets[name]
+
+
+def _parse(entry: dict, path: Path) -> Preset:
+    missing = {"name", "label", "description", "target", "devices"} - set(entry)
+    if missing:
+        raise ValueError(f"{path}: preset {entry.get('name', '?')!r} lacks {sorted(missing)}")
+    devices = {}
+    for device, settings in entry["devices"].items():
+        if device not in DEVICE_TYPES:
+            raise ValueError(f"{path}: preset {entry['name']!r}: device {device!r} is not one of {DEVICE_TYPES}")
+        tree = TreeConfig(**settings.get("tree", {}))
+        tree.validate()
+        devices[device] = DeviceSettings(dtype=settings["dtype"], tree=tree)
+    return Preset(entry["name"], entry["label"], entry["description"], entry["target"], entry.get("head"),
+                  entry.get("freq_table"), devices)
+
+
+def _is_remote(name: str | None) -> bool:
+    return name is not None and not (ROOT / name).exists()
+
+
+def _local(name: str | None) -> str | None:
+    """A project-relative path made absolute; anything else (a hub id) unchanged."""
+    if name is None:
+        return None
+    return str(ROOT / name) if (ROOT / name).exists() else name
