@@ -4,8 +4,9 @@ The public API is what this package exports (below) plus these documented submod
 `nanospec.config` (the configs), `nanospec.metrics` (τ, coverage, speedup, identical-to-ar and
 token origins, each defined once), `nanospec.events` (step events, summaries, the trace format),
 `nanospec.timing` (phase names), `nanospec.pair` (`load_pair`: target + head + frequency table),
-`nanospec.paths` (`ASSETS`), `nanospec.data.prompts` (the prompt set and prompt files),
-`nanospec.lesson.record` (the recorded lesson's file names, format and command), and, for
+`nanospec.paths` (`ASSETS`), `nanospec.presets` (pair presets: `load_presets`, `get_preset`),
+`nanospec.hub` (hub folders through one replaceable download function), `nanospec.data.prompts`
+(the prompt set and prompt files), `nanospec.lesson.record` (the recorded lesson's file names, format and command), and, for
 tests and development only, `nanospec.bench.random_pair` (random-weight models). Anything else,
 and any name starting with `_`, may change without notice.
 """
