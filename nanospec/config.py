@@ -43,7 +43,7 @@ class SamplingConfig:
 
 @dataclass
 class VocabConfig:
-    """Which LM-head rows the drafter scores (DESIGN.md §1.2)."""
+    """Which LM-head rows the drafter scores (docs/design.md §4)."""
 
     capacity: int = 3072        # nanospec / hybrid: max in-context ids (FIFO eviction)
     static_size: int = 32768    # static: top-N frequent ids

@@ -2,11 +2,9 @@
 
 PyTorch's default fp32 `F.linear` on CPU goes to MKL's sgemm, which re-packs the weight on every
 call. For the few rows a verification tree or a draft level feeds (4 to ~24), that repacking
-dominates: on this project's 2-core development machine one sweep of 30 SmolLM2 MLP projections
-(1536x576) took 25-35 ms for 12 rows with `F.linear` against ~17 ms with a weight packed once for
-oneDNN; one row costs about the same either way (`python -m nanospec.cpu_linear` prints these
-numbers; the README has a run). That gap was much of why verifying a tree cost nearly twice a
-one-token step here.
+dominates the matmul; a weight packed once for oneDNN avoids it, while one row costs about the
+same either way. `python -m nanospec.cpu_linear` measures both kernels on this machine
+(docs/benchmarks.md, "Linear kernels", has a run).
 
 `pack_linears(module)` swaps every `nn.Linear` inside a module for a `PackedLinear` that keeps the
 original weight (so code that reads `.weight` -- tied embeddings, the drafter's LM-head rows --

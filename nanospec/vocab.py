@@ -1,4 +1,4 @@
-"""Draft-vocabulary policies: which LM-head rows the drafter scores (DESIGN.md §1.2–1.3).
+"""Draft-vocabulary policies: which LM-head rows the drafter scores (docs/design.md §4).
 
 One small interface serves every policy:
     begin_request(prompt_ids, prompt_top)   Ctx: reset, add prompt ids + target top-k per position
