@@ -117,20 +117,26 @@ def switch_on_decode_thread(provider: PairProvider, name: str, progress) -> None
     decode_thread().call(lambda: provider.switch(name, lambda m, f: messages.put((m, f))), show)
 
 
+def load_chosen_pair(provider: PairProvider, name: str, progress=None) -> tuple:
+    """The Load button: (pair line, description, picker value). On failure a warning in the page says
+    why, the picker goes back to the pair still serving, and nothing else changes."""
+    previous = provider.current
+    try:
+        if zerogpu.active():  # only preloaded pairs: a switch is a swap, and no other thread is used
+            provider.switch(name)
+        else:
+            switch_on_decode_thread(provider, name, progress or (lambda *a, **k: None))
+    except Exception as exc:  # noqa: BLE001 — every load failure is shown; the previous pair serves on
+        logger.warning("loading pair %r failed: %s", name, exc)
+        gr.Warning(f"Could not load {name!r}: {exc}. Still using {provider.labels[previous]}.", duration=None)
+        return provider.describe(), provider.description(previous), previous
+    return provider.describe(), provider.description(name), name
+
+
 def build_pair_picker(provider: PairProvider, pair_md: gr.Markdown, queue_id: str) -> None:
     """A dropdown of the provider's pairs and a Load button, inside the current layout."""
-    def load_pair(name, progress=gr.Progress()):
-        previous = provider.current
-        try:
-            if zerogpu.active():  # only preloaded pairs: a switch is a swap, and no other thread is used
-                provider.switch(name)
-            else:
-                switch_on_decode_thread(provider, name, progress)
-        except Exception as exc:  # noqa: BLE001 — every load failure is shown; the previous pair serves on
-            logger.warning("loading pair %r failed: %s", name, exc)
-            raise gr.Error(f"Could not load {name!r}: {exc}. Still serving {provider.labels[previous]}.",
-                           print_exception=False) from None
-        return provider.describe(), provider.description(name)
+    def load(name, progress=gr.Progress()):
+        return load_chosen_pair(provider, name, progress)
 
     with gr.Row(equal_height=True):
         picker = gr.Dropdown(provider.choices(), value=provider.current, label="Model pair", scale=3,
@@ -138,5 +144,5 @@ def build_pair_picker(provider: PairProvider, pair_md: gr.Markdown, queue_id: st
         load_btn = gr.Button("Load pair", scale=1, elem_id="pair-load")
     about = gr.Markdown(provider.description(), elem_id="pair-about")
     picker.change(provider.description, [picker], [about], queue=False, api_visibility="undocumented")
-    load_btn.click(load_pair, [picker], [pair_md, about], api_name="load_pair", concurrency_id=queue_id,
+    load_btn.click(load, [picker], [pair_md, about, picker], api_name="load_pair", concurrency_id=queue_id,
                    concurrency_limit=1, show_progress_on=[pair_md])

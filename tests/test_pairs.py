@@ -81,6 +81,20 @@ def test_switch_loads_frees_and_keeps_the_old_pair_on_failure():
     assert provider.get()[1].hidden_size == 64
 
 
+def test_load_button_reports_failure_and_keeps_the_pair(monkeypatch):
+    from app import pairs
+
+    warnings = []
+    monkeypatch.setattr(pairs.gr, "Warning", lambda message, **kw: warnings.append(message))
+    provider = _provider(a=tiny_loader(hidden=64), broken=failing_loader)
+    provider.get()
+    line, about, value = pairs.load_chosen_pair(provider, "broken")
+    assert value == "a" and provider.current == "a" and "hidden 64" in line
+    assert "Could not load 'broken'" in warnings[0] and "hidden size 32" in warnings[0]
+    line, _, value = pairs.load_chosen_pair(provider, "a")
+    assert value == "a" and len(warnings) == 1
+
+
 def test_switch_frees_the_previous_pair():
     import gc
     import weakref
