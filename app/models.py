@@ -47,8 +47,9 @@ class EngineProvider:
                     f"**device:** {self.device_hint}")
         engine, info = self._pair
         head = _short_path(info.head) if info.head else "none (only `ar` runs)"
+        notes = "".join(f" · {note}" for note in getattr(info, "notes", []))
         return (f"**Target:** {info.target} · **draft head:** {head} · **device:** {info.device} · "
-                f"**dtype:** {info.dtype} · **V** = {info.vocab_size:,} · hidden {info.hidden_size}")
+                f"**dtype:** {info.dtype} · **V** = {info.vocab_size:,} · hidden {info.hidden_size}{notes}")
 
 
 def _short_path(name: str) -> str:

@@ -72,6 +72,11 @@ def test_qwen2_head_has_qkv_biases_and_reuses_the_target_embedding(hub_repos, fa
     assert torch.equal(attn.q_proj.bias, written["layers.0.self_attn.q_proj.bias"])
     assert engine.head.embed_tokens is None  # the target's is used: no duplicate
     assert any("equals the target's" in note for note in info.notes)
+    from app.models import EngineProvider
+
+    provider = EngineProvider(lambda progress=None: (engine, info))
+    provider.get()
+    assert "equals the target's" in provider.describe()  # the page's pair line says so
 
 
 def test_a_different_head_embedding_is_kept_and_reported(hub_repos, fake_hub):
