@@ -101,12 +101,18 @@ def _parse(entry: dict, path: Path) -> Preset:
                   entry.get("freq_table"), devices)
 
 
+def _project_path(name: str) -> Path:
+    """`assets/...` names the assets folder wherever it is (a checkout or the installed package)."""
+    parts = Path(name).parts
+    return ASSETS.joinpath(*parts[1:]) if parts[:1] == ("assets",) else ROOT / name
+
+
 def _is_remote(name: str | None) -> bool:
-    return name is not None and not (ROOT / name).exists()
+    return name is not None and not _project_path(name).exists()
 
 
 def _local(name: str | None) -> str | None:
     """A project-relative path made absolute; anything else (a hub id) unchanged."""
     if name is None:
         return None
-    return str(ROOT / name) if (ROOT / name).exists() else name
+    return str(_project_path(name)) if _project_path(name).exists() else name

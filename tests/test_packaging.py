@@ -53,8 +53,17 @@ def test_every_engine_package_is_packaged():
     assert PYPROJECT["project"]["scripts"]["nanospec"] == "nanospec.__main__:main"
 
 
+def test_every_asset_is_package_data():
+    """The wheel ships assets/ as nanospec/_assets through star globs, one per folder depth."""
+    globs = PYPROJECT["tool"]["setuptools"]["package-data"]["nanospec._assets"]
+    assert all(set(g.split("/")) == {"*"} for g in globs)
+    depths = {len(p.relative_to(ROOT / "assets").parts) for p in (ROOT / "assets").rglob("*") if p.is_file()}
+    missing = depths - {len(g.split("/")) for g in globs}
+    assert not missing, f"assets/ has files {sorted(missing)} folders deep: add a glob for them in pyproject.toml"
+
+
 def test_assets_folder_resolution(tmp_path):
     assert paths.find_assets({"NANOSPEC_ASSETS": str(tmp_path)}) == tmp_path.resolve()
     found = paths.find_assets({})
-    for shipped in ("heads/smollm2-135m-eagle/model.safetensors", "freq", "prompts/prompts.jsonl"):
+    for shipped in ("heads/smollm2-135m-eagle/model.safetensors", "freq", "prompts/prompts.jsonl", "presets.json"):
         assert (found / shipped).exists(), f"{shipped} missing under {found}"
