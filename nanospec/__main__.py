@@ -25,7 +25,7 @@ def _progress_bar():
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="hub id or local folder (default: offline SmolLM2-135M-Instruct)")
-    p.add_argument("--head", default=None, help="EAGLE-1/2 head folder (default: the shipped head for the default model)")
+    p.add_argument("--head", default=None, help="EAGLE-1/2 head: folder or hub id (default: the shipped head for the default model)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: CUDA if available)")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on GPU, fp32 on CPU)")
     p.add_argument("--freq-table", default=None, help="token-frequency table for static/hybrid")

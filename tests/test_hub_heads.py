@@ -71,6 +71,7 @@ def test_qwen2_head_has_qkv_biases_and_reuses_the_target_embedding(hub_repos, fa
     written = torch.load(hub_repos[0]["test-org/head-qwen2"] / "pytorch_model.bin", weights_only=True)
     assert torch.equal(attn.q_proj.bias, written["layers.0.self_attn.q_proj.bias"])
     assert engine.head.embed_tokens is None  # the target's is used: no duplicate
+    assert engine.head.config.rope_parameters["rope_theta"] == 1_000_000.0  # from the Qwen2-style config
     assert any("equals the target's" in note for note in info.notes)
     from app.models import EngineProvider
 
@@ -102,3 +103,15 @@ def test_gated_and_offline_messages():
     offline = type("LocalEntryNotFoundError", (Exception,), {})("offline")
     message = hub.describe_hub_error("yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "draft head", offline)
     assert "cannot be reached" in message and "huggingface-cli download yuhuili/EAGLE-LLaMA3.1-Instruct-8B" in message
+
+
+def test_fr_spec_ranked_list_as_the_table(hub_repos, fake_hub, tmp_path):
+    ranked = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(5))[:200]
+    torch.save(ranked.tolist(), tmp_path / "freq_200.pt")  # FR-Spec's layout: a list of ids, most frequent first
+    engine, _ = load_pair("test-org/llama-target", "test-org/head-llama3", device="cpu", dtype="float32",
+                          freq_table=tmp_path / "freq_200.pt")
+    assert torch.equal(engine.frequent_ids[:200], ranked)
+    prompt = [5, 17, 17, 40, 9, 17, 40]
+    ref = engine.generate(prompt, method="ar", max_new_tokens=8).token_ids
+    for method in ("static", "hybrid"):
+        assert engine.generate(prompt, method=method, max_new_tokens=8, **SMALL).token_ids == ref
