@@ -12,8 +12,9 @@ and the runs alternate so load changes on the machine hit both alike. The app si
 wall-clock around the whole request (queue, prefill, every streamed update, the final charts and
 downloads); the engine side around `generate` (prefill included). The client does not fetch the
 two trace files the run's last update offers for download (the app still writes them within the
-timed request): a browser fetches them only when the user clicks, and fetching them here cost
-~0.2 s per request; `--download-files` fetches them as well. Target: app / engine >= 0.85.
+timed request): a browser fetches them only when the user clicks, and fetching them here would
+add their transfer to every request; `--download-files` fetches them as well. Target: app / engine
+>= 0.85 (results: docs/benchmarks.md).
 """
 
 from __future__ import annotations

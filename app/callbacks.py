@@ -65,8 +65,8 @@ class Explorer:
         Loading computes (weight conversion, packing), and on CPU the first thread to compute with torch
         starts a team of OpenMP worker threads that lives as long as that thread. Had a callback thread
         loaded the model, the decode thread would start a second team: more OpenMP threads than cores,
-        which makes libgomp's workers sleep instead of spin between operations: `python -m app.bench_app`
-        measured the app at 0.77x the engine's tokens/s that way, and 0.87-0.92x with this (README)."""
+        which makes libgomp's workers sleep instead of spin between operations and slows every matmul
+        (`python -m app.bench_app` measures the app against the engine; docs/benchmarks.md has a run)."""
         loaded = self.provider.loaded
         if loaded is not None:
             return loaded

@@ -137,8 +137,8 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
 
 def calm_queue_polling(demo: gr.Blocks, idle_poll_s: float = 0.05, progress_poll_s: float = 0.1) -> None:
     """Slow Gradio's queue polling down: by default its event loop wakes every 1 ms to look for new
-    jobs and every 10 ms for progress. On a 2-core CPU those wake-ups cost ~1 s of CPU per 9 s run,
-    taken from the decoding thread (`python -m app.bench_app`, see the README). A queued run now
+    jobs and every 10 ms for progress. On a small CPU those wake-ups take time from the decoding
+    thread (`python -m app.bench_app` measures the app's overhead; docs/benchmarks.md). A queued run now
     starts up to 50 ms later. Gradio has no public setting for this; if its queue changes, this
     does nothing."""
     queue = getattr(demo, "_queue", None)
