@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import METHODS, GenerationConfig, TreeConfig, VocabConfig
+from .config import METHODS, GenerationConfig, VocabConfig, default_tree
 
 
 def _progress_bar():
@@ -34,11 +34,12 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
-    t, v = TreeConfig(), VocabConfig()
+    v = VocabConfig()
+    cpu, gpu = default_tree("cpu"), default_tree("cuda")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--depth", type=int, default=t.depth)
-    p.add_argument("--top-k", type=int, default=t.top_k)
-    p.add_argument("--total-tokens", type=int, default=t.total_tokens)
+    for name in ("depth", "top_k", "total_tokens"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
+                       help=f"draft tree (default {getattr(cpu, name)} on CPU, {getattr(gpu, name)} on CUDA)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
@@ -49,6 +50,14 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="nanospec/hybrid: the target's top-k added per prompt position (Ctx) and per tree node (Ext)")
 
 
+def _fill_tree(a, device) -> None:
+    """Tree options left unset take the device's default tree."""
+    tree = default_tree(device)
+    for name in ("depth", "top_k", "total_tokens"):
+        if getattr(a, name) is None:
+            setattr(a, name, getattr(tree, name))
+
+
 def _decode_options(a) -> dict:
     return dict(max_new_tokens=a.max_new_tokens, depth=a.depth, top_k=a.top_k, total_tokens=a.total_tokens,
                 temperature=a.temperature, top_p=a.top_p, seed=a.seed, capacity=a.capacity,
@@ -57,8 +66,10 @@ def _decode_options(a) -> dict:
 
 def _load(a):
     from .pair import load_pair
-    return load_pair(a.model, a.head, device=a.device, dtype=a.dtype, freq_table=a.freq_table,
-                     progress=_progress_bar(), pack_linears=not a.no_pack)
+    engine, info = load_pair(a.model, a.head, device=a.device, dtype=a.dtype, freq_table=a.freq_table,
+                             progress=_progress_bar(), pack_linears=not a.no_pack)
+    _fill_tree(a, engine.device)
+    return engine, info
 
 
 def _read_prompts(path: str | None, split: str | None) -> list:

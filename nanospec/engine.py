@@ -9,22 +9,24 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 
-from .config import GenerationConfig
+from .config import TREE_OPTIONS, GenerationConfig, default_tree
 from .cpu_linear import PackedLinear
 from .cpu_linear import pack_linears as pack_modules
+from .drafters.base import Drafter
 from .drafters.eagle import EagleDrafter
 from .events import RunSummary, StepEvent, summarize
-from .head import EagleHead, check_head_matches
+from .head import EagleHead, check_head_matches, check_head_placement
 from .kv import compact_cache, new_cache
 from .timing import PhaseTimer, sync
 from .tree import DraftTree, tree_attention_mask, tree_position_ids
-from .verify import greedy_accept, sample_accept, target_forward, warp_probs
-from .vocab import build_vocab
+from .verify import (Acceptance, HostTree, check_attention_supported, greedy_accept, greedy_token,
+                     sample_accept, target_forward, warp_probs)
+from .vocab import VocabPolicy, build_vocab
 
 PREFILL_CHUNK = 512  # positions per LM-head chunk when collecting Ctx top-k at prefill
 
@@ -81,17 +83,29 @@ class Run:
         return RunResult(self.summary.text, self.summary.output_ids, self.events, self.summary)
 
 
+StepHook = Callable[[int, str], None]
+
+
 class SpecEngine:
-    """A target model, optionally a draft head, and the per-policy vocabularies (made lazily)."""
+    """A target model, optionally a draft head, and the per-policy vocabularies (made lazily).
+
+    `before_step(step, method)`, when set (constructor or attribute), is called on the decoding
+    thread before every decoding step after prefill (step 1, 2, ...; `method` is the run's),
+    speculative and autoregressive alike: the place to count steps, slow them down or raise to
+    abort a run, without touching the engine's internals.
+    """
 
     def __init__(self, model, tokenizer=None, head: EagleHead | None = None, *,
-                 frequent_ids: torch.Tensor | None = None, drafter_factory=None,
-                 eos_token_ids: list[int] | None = None, pack_linears: bool = True):
+                 frequent_ids: torch.Tensor | None = None, drafter_factory: Callable[[], Drafter] | None = None,
+                 eos_token_ids: list[int] | None = None, pack_linears: bool = True,
+                 before_step: StepHook | None = None):
+        check_attention_supported(model.config)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.head = head
         if head is not None:
             check_head_matches(head.config, model.config)
+            check_head_placement(head, model)
         # fp32 on CPU: pre-pack every linear weight for oneDNN, in place (cpu_linear.py); the
         # target, the head and the full/static drafter LM heads all get it, so no method gains
         # from a kernel another lacks. Elsewhere (CUDA, half precision) nothing changes.
@@ -103,7 +117,8 @@ class SpecEngine:
         self.vocab_size = self.lm_head_weight.shape[0]
         self.frequent_ids = frequent_ids
         self.max_context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
-        self._drafter_factory = drafter_factory or self._eagle_drafter
+        self.drafter_factory = drafter_factory  # None: an EagleDrafter over `head`
+        self.before_step = before_step
         self._vocabs: dict[tuple, object] = {}
         if eos_token_ids is None:
             eos_token_ids = _eos_ids(model, tokenizer)
@@ -134,17 +149,33 @@ class SpecEngine:
             raise ValueError("chat turns need a tokenizer with a chat template")
         return self.tokenizer(prompt)["input_ids"]
 
+    def encode_prompt(self, prompt: str | list[dict] | list[int] | torch.Tensor) -> list[int]:
+        """Whatever `stream()` accepts as a prompt -> token ids (ids are range-checked, text encoded)."""
+        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(x, int) for x in prompt):
+            ids = [int(x) for x in prompt]
+            if any(not 0 <= x < self.vocab_size for x in ids):
+                raise ValueError(f"prompt token ids must be in [0, {self.vocab_size})")
+            return ids
+        if isinstance(prompt, torch.Tensor):
+            return self.encode_prompt(prompt.reshape(-1).tolist())
+        return self.encode(prompt)
+
     def stream(self, prompt: str | list[dict] | list[int], config: GenerationConfig | None = None,
                **options) -> Run:
-        """Validate everything, then return a `Run` that decodes lazily as it is iterated."""
-        cfg = config or GenerationConfig.build(options.pop("method", "nanospec"), **options)
+        """Validate everything, then return a `Run` that decodes lazily as it is iterated.
+
+        Keyword options that set no tree (`depth`, `top_k`, `total_tokens`) get the device's
+        default tree (`config.default_tree`); a `GenerationConfig` is used exactly as given."""
         if config is not None and options:
             raise ValueError("pass either a GenerationConfig or keyword options, not both")
+        if config is None and not TREE_OPTIONS & options.keys():
+            options.update(vars(default_tree(self.device)))
+        cfg = config or GenerationConfig.build(options.pop("method", "nanospec"), **options)
         cfg.validate()
         missing = self.missing_for(cfg.method)
         if missing:
             raise ValueError(missing)
-        ids = self._prompt_ids(prompt)
+        ids = self.encode_prompt(prompt)
         need = len(ids) + cfg.tree.total_tokens + 1
         if need > self.max_context:
             raise ValueError(f"prompt is {len(ids)} tokens; with the tree it must fit the model's context of "
@@ -153,7 +184,7 @@ class SpecEngine:
 
     def missing_for(self, method: str) -> str | None:
         """Why this engine cannot run `method` (it lacks a draft head or a frequency table), or None."""
-        if method != "ar" and self.head is None and self._drafter_factory == self._eagle_drafter:
+        if method != "ar" and self.head is None and self.drafter_factory is None:
             return f"method {method!r} needs a draft head; only 'ar' runs without one"
         if method in ("static", "hybrid") and self.frequent_ids is None:
             return f"method {method!r} needs a token-frequency table (frequent_ids)"
@@ -166,7 +197,7 @@ class SpecEngine:
     def _decode(self, prompt_ids: list[int], cfg: GenerationConfig, run: Run) -> Iterator[StepEvent]:
         spec = cfg.method != "ar"
         vocab = self._vocab(cfg) if spec else None
-        drafter = self._drafter_factory() if spec else None
+        drafter = self._new_drafter() if spec else None
         timer = PhaseTimer(self.device)
         state, event = self._prefill(prompt_ids, cfg, vocab, drafter, timer)
         yield event
@@ -176,6 +207,8 @@ class SpecEngine:
             if reason:
                 run.stop_reason = reason
                 return
+            if self.before_step is not None:
+                self.before_step(step, cfg.method)
             if spec:
                 event = self._spec_step(step, state, cfg, vocab, drafter, timer)
             else:
@@ -226,64 +259,67 @@ class SpecEngine:
         return state, event
 
     @torch.inference_mode()
-    def _spec_step(self, step: int, state: _State, cfg: GenerationConfig, vocab, drafter,
-                   timer: PhaseTimer) -> StepEvent:
+    def _spec_step(self, step: int, state: _State, cfg: GenerationConfig, vocab: VocabPolicy,
+                   drafter: Drafter, timer: PhaseTimer) -> StepEvent:
         t0 = time.perf_counter()
         active_size = vocab.size
-        tree = drafter.draft(state.root, vocab, cfg.tree, timer)
+        tree = drafter.draft(torch.tensor([state.root], device=self.device), vocab, cfg.tree, timer)
         L = state.length
         with timer.phase("verify_forward"):
             mask = tree_attention_mask(tree.parents, L)                     # [1, 1, T, L + T]
             pos = tree_position_ids(tree.depths, L)                         # [1, T]
             out = target_forward(self.model, tree.tokens[None], pos, state.cache, mask)
         with timer.phase("vocab_update"):
-            # Ext candidates: every tree token + the target's top-k at every node (argmax included)
+            # Ext candidates: every tree token + the target's top-k and argmax at every node (the
+            # argmax is top-k's first column unless tied logits make them differ)
+            argmax = greedy_token(out.logits)                                # [T]
             top = torch.topk(out.logits, cfg.vocab.ctx_topk, dim=-1).indices  # [T, k]
-            proposal = vocab.propose(torch.cat([tree.tokens, top.reshape(-1)]))
+            proposal = vocab.propose(torch.cat([tree.tokens, top.reshape(-1), argmax]))
         with timer.phase("accept"):
-            path, bonus, bonus_in, n_new, host = self._accept(tree, out.logits, top[:, 0], proposal, vocab,
-                                                             cfg, state.generator)
+            acc = self._accept(tree, out.logits, argmax, proposal, vocab, cfg, state.generator)
+        path, bonus, host = acc.path, acc.bonus, acc.tree
         with timer.phase("kv_compact"):
             keep = torch.tensor(path, device=self.device)
             compact_cache(state.cache, L, keep)
         with timer.phase("vocab_update"):
-            added = vocab.commit(proposal, n_new)
+            added = vocab.commit(proposal, acc.n_new)
         next_tokens = torch.cat([tree.tokens[keep[1:]], torch.tensor([bonus], device=self.device)])
         drafter.update(out.hidden[keep], next_tokens, timer)
         state.length = L + len(path)
         state.root = bonus
-        accepted = [host["tokens"][i] for i in path[1:]]
+        accepted = [host.tokens[i] for i in path[1:]]
         tokens = self._take(accepted + [bonus], state, cfg)
-        kids_of_last = [i for i, p in enumerate(host["parents"]) if p == path[-1]]
-        miss = "none" if not kids_of_last else ("draft" if bonus_in else "vocab")
+        kids_of_last = [i for i, p in enumerate(host.parents) if p == path[-1]]
+        miss = "none" if not kids_of_last else ("draft" if acc.bonus_in_active else "vocab")
         phases = timer.resolve()
         return StepEvent(
-            step=step, method=cfg.method, root_token=host["tokens"][0], tree_tokens=host["tokens"],
-            tree_parents=host["parents"], tree_depths=host["depths"], tree_logprobs=host["scores"],
-            tree_in_active=host["in_active"], accepted_path=path, accepted_tokens=accepted,
+            step=step, method=cfg.method, root_token=host.tokens[0], tree_tokens=host.tokens,
+            tree_parents=host.parents, tree_depths=host.depths, tree_logprobs=host.scores,
+            tree_in_active=host.in_active, accepted_path=path, accepted_tokens=accepted,
             bonus_token=bonus, tokens=tokens, active_size=active_size, added_ids=added,
-            vocab_size=self.vocab_size, coverage=bonus_in, miss_kind=miss,
+            vocab_size=self.vocab_size, coverage=acc.bonus_in_active, miss_kind=miss,
             wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases)
 
-    def _accept(self, tree: DraftTree, logits, argmax, proposal, vocab, cfg, gen):
+    def _accept(self, tree: DraftTree, logits: torch.Tensor, argmax: torch.Tensor, proposal,
+                vocab: VocabPolicy, cfg: GenerationConfig, gen) -> Acceptance:
         """One device->host transfer: tree, target argmax, its membership and the Ext count."""
         t = len(tree)
         n_new_dev = proposal.n_new.reshape(1) if proposal is not None else torch.zeros(1, dtype=torch.long,
                                                                                        device=self.device)
         packed = torch.cat([tree.tokens, tree.parents, tree.depths, argmax,
                             vocab.contains(argmax).long(), tree.in_active.long(), n_new_dev]).tolist()
-        host = {"tokens": packed[:t], "parents": packed[t:2 * t], "depths": packed[2 * t:3 * t],
-                "in_active": [bool(x) for x in packed[5 * t:6 * t]],
-                "scores": [round(float(s), 4) for s in tree.scores.tolist()]}
+        host = HostTree(tokens=packed[:t], parents=packed[t:2 * t], depths=packed[2 * t:3 * t],
+                        scores=[round(float(s), 4) for s in tree.scores.tolist()],
+                        in_active=[bool(x) for x in packed[5 * t:6 * t]])
         argmax_h, member_h, n_new = packed[3 * t:4 * t], packed[4 * t:5 * t], int(packed[-1])
         if cfg.sampling.greedy:
-            path, bonus = greedy_accept(host["tokens"], host["parents"], argmax_h)
+            path, bonus = greedy_accept(host.tokens, host.parents, argmax_h)
             bonus_in = bool(member_h[path[-1]])
         else:
             probs = warp_probs(logits, cfg.sampling.temperature, cfg.sampling.top_p).cpu()
-            path, bonus = sample_accept(host["tokens"], host["parents"], probs, gen)
+            path, bonus = sample_accept(host.tokens, host.parents, probs, gen)
             bonus_in = bool(vocab.contains(torch.tensor([bonus], device=self.device))[0])
-        return path, bonus, bonus_in, n_new, host
+        return Acceptance(path=path, bonus=bonus, bonus_in_active=bonus_in, n_new=n_new, tree=host)
 
     @torch.inference_mode()
     def _ar_step(self, step: int, state: _State, cfg: GenerationConfig, timer: PhaseTimer) -> StepEvent:
@@ -320,7 +356,7 @@ class SpecEngine:
 
     def _pick(self, logits: torch.Tensor, cfg: GenerationConfig, gen) -> int:
         if cfg.sampling.greedy:
-            return int(torch.argmax(logits))
+            return int(greedy_token(logits))
         probs = warp_probs(logits[None], cfg.sampling.temperature, cfg.sampling.top_p)[0].cpu()
         return int(torch.multinomial(probs, 1, generator=gen))
 
@@ -348,18 +384,10 @@ class SpecEngine:
                                             pack_fixed=self.packed_linears > 0)
         return self._vocabs[key]
 
-    def _eagle_drafter(self) -> EagleDrafter:
+    def _new_drafter(self) -> Drafter:
+        if self.drafter_factory is not None:
+            return self.drafter_factory()
         return EagleDrafter(self.head, self.model.get_input_embeddings())
-
-    def _prompt_ids(self, prompt) -> list[int]:
-        if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(x, int) for x in prompt):
-            ids = [int(x) for x in prompt]
-            if any(not 0 <= x < self.vocab_size for x in ids):
-                raise ValueError(f"prompt token ids must be in [0, {self.vocab_size})")
-            return ids
-        if isinstance(prompt, torch.Tensor):
-            return self._prompt_ids(prompt.reshape(-1).tolist())
-        return self.encode(prompt)
 
 
 def _eos_ids(model, tokenizer) -> list[int]:

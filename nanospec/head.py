@@ -12,6 +12,7 @@ Logits come from the target's own LM head, applied by the vocabulary policy.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -24,9 +25,13 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
 class EagleHead(nn.Module):
+    """The head keeps its rotary tables (`inv_freq`) in fp32 whatever dtype it is cast to: in bf16
+    the angles at position ~1,000 would be off by up to ~1.8 rad (theta = 5e5)."""
+
     def __init__(self, config: LlamaConfig, bias: bool = True, with_embedding: bool = False,
                  qkv_bias: bool = False):
         super().__init__()
+        config = copy.deepcopy(config)  # the caller's config stays as it was
         config._attn_implementation = "sdpa"
         self.config = config
         h = config.hidden_size
@@ -46,6 +51,15 @@ class EagleHead(nn.Module):
     @property
     def hidden_size(self) -> int:
         return self.config.hidden_size
+
+    def _apply(self, fn, recurse=True):
+        # .to() / .half() / .cuda() all land here: let them move the rotary buffers, never cast them
+        rotary = dict(self.rotary_emb.named_buffers(recurse=False))
+        super()._apply(fn, recurse)
+        for name, fp32 in rotary.items():
+            moved = getattr(self.rotary_emb, name)
+            setattr(self.rotary_emb, name, fp32.to(device=moved.device))
+        return self
 
     def forward(
         self,
@@ -161,6 +175,15 @@ def _same_values(a: torch.Tensor, b: torch.Tensor, rows: int = 4096) -> bool:
         if not torch.equal(block_a, b[start:start + rows].float()):
             return False
     return True
+
+
+def check_head_placement(head: EagleHead, target) -> None:
+    """The head must sit on the target's device, in its dtype (a CPU head with a CUDA target
+    would fail mid-draft)."""
+    tp, hp = next(target.parameters()), head.fc.weight
+    if hp.device != tp.device or hp.dtype != tp.dtype:
+        raise ValueError(f"draft head is on {hp.device} in {hp.dtype} but the target is on {tp.device} in "
+                         f"{tp.dtype}: move it first, e.g. head.to(device={str(tp.device)!r}, dtype={tp.dtype})")
 
 
 def check_head_matches(head_config, target_config) -> None:

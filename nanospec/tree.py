@@ -86,12 +86,13 @@ def select_tree(
     cand_parents: torch.Tensor,
     cand_scores: torch.Tensor,
     cand_in_active: torch.Tensor,
-    root_token: int,
+    root_token: torch.Tensor | int,
     root_in_active: torch.Tensor | bool,
     n_keep: int,
 ) -> DraftTree:
     """EAGLE-2 rerank: keep the `n_keep` best candidates by cumulative log-prob and build the tree.
 
+    `root_token` is best a [1] tensor on the candidates' device (an int costs a host->device copy).
     Candidates are given in expansion order (each candidate's parent comes earlier), with
     `cand_parents[i] = -1` for children of the root, else the candidate index of the parent.
     A child's score never exceeds its parent's, and a stable sort keeps earlier (shallower)
@@ -110,7 +111,8 @@ def select_tree(
         raise RuntimeError("tree selection dropped a parent of a kept node")
     dev = cand_tokens.device
     parents = torch.cat([torch.tensor([-1], device=dev), node_par])
-    tokens = torch.cat([torch.tensor([root_token], device=dev), cand_tokens[kept]])
+    root = torch.as_tensor(root_token, dtype=cand_tokens.dtype, device=dev).reshape(1)
+    tokens = torch.cat([root, cand_tokens[kept]])
     scores = torch.cat([torch.zeros(1, device=dev, dtype=cand_scores.dtype), cand_scores[kept]])
     root_flag = torch.as_tensor(root_in_active, dtype=torch.bool, device=dev).reshape(1)
     in_active = torch.cat([root_flag, cand_in_active[kept]])

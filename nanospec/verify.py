@@ -11,6 +11,28 @@ from .tree import children_lists
 
 
 @dataclass
+class HostTree:
+    """A drafted tree as Python lists (what a `StepEvent` records)."""
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+    scores: list[float]
+    in_active: list[bool]
+
+
+@dataclass
+class Acceptance:
+    """What verification decided in one speculative step."""
+
+    path: list[int]         # accepted tree nodes, root (node 0) first
+    bonus: int              # the target's own token after the last accepted node
+    bonus_in_active: bool   # the bonus token was in the active set when the tree was drafted
+    n_new: int              # Ext: how many proposed ids the vocabulary commits
+    tree: HostTree
+
+
+@dataclass
 class TargetOutput:
     hidden: torch.Tensor         # [q, H] last hidden state after the final norm (what the LM head reads)
     logits: torch.Tensor | None  # [q, V] full-vocabulary logits, fp32
@@ -55,6 +77,30 @@ def target_forward(
     hidden = out.last_hidden_state[0]  # [q, H]
     logits = model.get_output_embeddings()(hidden).float() if with_logits else None
     return TargetOutput(hidden=hidden, logits=logits)
+
+
+def greedy_token(logits: torch.Tensor) -> torch.Tensor:
+    """The greedy choice over the last dimension; every greedy pick (prefill, AR, tree) uses it.
+
+    `argmax` returns the lowest index among exactly tied maxima on CPU and CUDA alike, while
+    `topk(...)[..., 0]` may return another one (ties are frequent in bf16)."""
+    return torch.argmax(logits, dim=-1)
+
+
+def check_attention_supported(config) -> None:
+    """Reject targets with sliding-window or hybrid attention: the tree verifier passes a custom 4-D
+    mask and keeps a full-attention cache, so such a model would lose exactness past its window."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    kind = getattr(text, "model_type", None) or type(text).__name__
+    layer_types = set(getattr(text, "layer_types", None) or ())
+    if layer_types - {"full_attention"}:
+        raise ValueError(f"{kind} targets with layer types {sorted(layer_types)} are not supported: the tree "
+                         "verifier needs full attention in every layer (sliding-window layers would lose "
+                         "exactness past the window)")
+    window = getattr(text, "sliding_window", None)
+    if window and getattr(text, "use_sliding_window", True):
+        raise ValueError(f"{kind} targets with a sliding attention window ({window} tokens) are not supported: "
+                         "the tree verifier needs full attention (outputs would drift past the window)")
 
 
 def warp_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:

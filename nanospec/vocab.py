@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -28,6 +29,38 @@ from .timing import PhaseTimer
 class Proposal:
     ids: torch.Tensor    # [M] new ids first (in first-seen order), then padding
     n_new: torch.Tensor  # [] long, on device
+
+
+class VocabPolicy(Protocol):
+    """What the engine and the drafters may ask of a draft vocabulary (every policy below has it)."""
+
+    name: str
+    vocab_size: int
+
+    @property
+    def size(self) -> int:
+        """Active rows now (A)."""
+
+    def begin_request(self, prompt_ids: torch.Tensor, prompt_top: torch.Tensor) -> int:
+        """Ctx: reset, then add the prompt ids [n] and the target's top-k per position [n, k]; ids added."""
+
+    def propose(self, candidate_ids: torch.Tensor) -> Proposal | None:
+        """Ext, part 1: the new ids among the candidates, on the device (None: the set never grows)."""
+
+    def commit(self, proposal: Proposal | None, n_new: int) -> int:
+        """Ext, part 2: write the first `n_new` proposed ids (read from the host) and gather their rows."""
+
+    def wait_ready(self, timer: PhaseTimer | None = None) -> None:
+        """Make the compute stream wait for the last row gather (just before the LM-head matmul)."""
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """[q, H] -> [q, A] drafter logits over the active rows."""
+
+    def slot_ids(self, slots: torch.Tensor) -> torch.Tensor:
+        """Active-row indices -> vocabulary ids."""
+
+    def contains(self, ids: torch.Tensor) -> torch.Tensor:
+        """Bool tensor: which ids are in the active set."""
 
 
 class FullVocab:
@@ -208,7 +241,8 @@ class ActiveVocab:
 
 def build_vocab(policy: str, lm_head_weight: torch.Tensor, *, capacity: int,
                 frequent_ids: torch.Tensor | None, static_size: int, core_size: int,
-                lm_head: Callable[[torch.Tensor], torch.Tensor] | None = None, pack_fixed: bool = False):
+                lm_head: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                pack_fixed: bool = False) -> VocabPolicy:
     """Policy name -> vocabulary object (a fresh one per engine; `begin_request` resets per request).
 
     `lm_head` (the target's LM-head module) and `pack_fixed` give the `full` and `static` baselines

@@ -28,8 +28,8 @@ class OracleDrafter:
     def update(self, features, next_tokens, timer) -> None:
         self.pos += int(next_tokens.shape[0])
 
-    def draft(self, root_token: int, vocab, tree, timer) -> DraftTree:
-        tokens, parents = [root_token], [-1]
+    def draft(self, root, vocab, tree, timer) -> DraftTree:
+        tokens, parents = [int(root)], [-1]
         chain_parent = 0
         for d in range(tree.depth):
             i = self.pos + d

@@ -22,9 +22,6 @@ from .. import metrics
 from ..config import GenerationConfig
 from ..engine import SpecEngine
 
-TABLE_KEYS = ("method", "tokens_per_s", "speedup", "tau", "draft_ms_per_step", "lm_head_ms_per_step",
-              "mean_active", "active_frac", "coverage", "identical_to_ar", "n_prompts", "new_tokens")
-
 
 @dataclass
 class MethodRows:
@@ -64,7 +61,7 @@ def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, Generatio
     """Every config on every prompt, interleaved per prompt after one warm-up each; "ar" is the reference."""
     for cfg in configs.values():
         cfg.validate()
-    ids = [engine._prompt_ids(p) for p in prompts]
+    ids = [engine.encode_prompt(p) for p in prompts]
     rows = {name: MethodRows(name, [], [], [], []) for name in configs}
     if prompt_lookup:
         rows["prompt_lookup"] = MethodRows("prompt_lookup", [], [], [], [])

@@ -16,16 +16,22 @@ import time
 
 import torch
 
+from ..timing import sync
+
 
 def forward_ms(model, ids: torch.Tensor, n_tokens: int, repeats: int = 5) -> float:
-    """Median ms of one forward (with the LM head) over the first `n_tokens` ids, after a warm-up."""
+    """Median ms of one forward (with the LM head) over the first `n_tokens` ids, after a warm-up.
+
+    The device is synchronised before each clock read, so CUDA work is timed, not just queued."""
     x = ids[:, :n_tokens]
     with torch.inference_mode():
         model(input_ids=x)
         times = []
         for _ in range(repeats):
+            sync(x.device)
             t0 = time.perf_counter()
             model(input_ids=x)
+            sync(x.device)
             times.append(time.perf_counter() - t0)
     return 1000 * statistics.median(times)
 
@@ -52,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     engine, info = load_pair(pack_linears=not a.no_pack)
     item = load_prompts(split="heldout")[a.prompt_index]
     messages = prompt_messages(item)
-    ids = torch.tensor([engine._prompt_ids(messages)], device=engine.device)
+    ids = torch.tensor([engine.encode_prompt(messages)], device=engine.device)
     sizes = [int(s) for s in a.sizes.split(",")]
     if max(sizes) > ids.shape[1]:
         raise SystemExit(f"--sizes: the prompt has only {ids.shape[1]} tokens")

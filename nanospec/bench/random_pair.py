@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -32,6 +33,7 @@ def random_target_config(vocab: int, hidden: int, layers: int, heads: int | None
 
 def random_target(config: LlamaConfig, seed: int = 0, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
     torch.manual_seed(seed)
+    config = copy.deepcopy(config)  # the caller's config stays as it was
     config._attn_implementation = "sdpa"
     model = LlamaForCausalLM(config).to(dtype)
     return model.eval().requires_grad_(False)

@@ -9,14 +9,16 @@ import torch
 from ..config import TreeConfig
 from ..timing import PhaseTimer
 from ..tree import DraftTree
+from ..vocab import VocabPolicy
 
 
 class Drafter(Protocol):
     def begin(self, prompt_ids: torch.Tensor, features: torch.Tensor, next_token: int) -> None:
         """Prefill: prompt ids [n], the target's features [n, H] and the first generated token."""
 
-    def draft(self, root_token: int, vocab, tree: TreeConfig, timer: PhaseTimer) -> DraftTree:
-        """Propose a tree rooted at the target's last token, scoring only the vocab's active rows."""
+    def draft(self, root: torch.Tensor, vocab: VocabPolicy, tree: TreeConfig, timer: PhaseTimer) -> DraftTree:
+        """Propose a tree rooted at the target's last token `root` ([1] long, on the model's device,
+        so drafting never waits for the host), scoring only the vocab's active rows."""
 
     def update(self, features: torch.Tensor, next_tokens: torch.Tensor, timer: PhaseTimer) -> None:
         """After verification: features [m, H] of the accepted path (root first) and the tokens

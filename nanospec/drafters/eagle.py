@@ -9,6 +9,7 @@ from ..head import EagleHead
 from ..kv import crop_cache, new_cache
 from ..timing import PhaseTimer
 from ..tree import DraftTree, select_tree
+from ..vocab import VocabPolicy
 
 
 class EagleDrafter:
@@ -38,7 +39,7 @@ class EagleDrafter:
             self._extend(features, next_tokens)
 
     @torch.inference_mode()
-    def draft(self, root_token: int, vocab, tree: TreeConfig, timer: PhaseTimer) -> DraftTree:
+    def draft(self, root: torch.Tensor, vocab: VocabPolicy, tree: TreeConfig, timer: PhaseTimer) -> DraftTree:
         k, dev = tree.top_k, self.h_last.device
         # Level 0: the root's children come from h_last (already computed by update/begin).
         vocab.wait_ready(timer)
@@ -76,13 +77,12 @@ class EagleDrafter:
                 n_cand += kf * kc
         with timer.phase("tree_build"):
             tokens = torch.cat(cand_tokens)
-            root = torch.tensor([root_token], device=dev)
             return select_tree(tokens, torch.cat(cand_parents), torch.cat(cand_scores),
-                               torch.ones_like(tokens, dtype=torch.bool), root_token,
-                               vocab.contains(root)[0], tree.total_tokens - 1)
+                               torch.ones_like(tokens, dtype=torch.bool), root,
+                               vocab.contains(root), tree.total_tokens - 1)
 
     # -- internals -------------------------------------------------------------------
-    def _score(self, h: torch.Tensor, vocab, k: int, timer: PhaseTimer) -> tuple[torch.Tensor, torch.Tensor]:
+    def _score(self, h: torch.Tensor, vocab: VocabPolicy, k: int, timer: PhaseTimer) -> tuple[torch.Tensor, torch.Tensor]:
         """[q, H] -> top-k draft log-probs and vocabulary ids [q, k'] over the active rows."""
         with timer.phase("lm_head"):
             logits = vocab.logits(h)                                         # [q, A]

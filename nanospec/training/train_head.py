@@ -390,7 +390,7 @@ def evaluate_tau(head_dir: Path, settings: list[tuple[int, int, int]], max_new_t
     for item in tqdm(items, desc="held-out τ", disable=not progress):
         messages = prompt_messages(item)
         ar = engine.generate(messages, method="ar", max_new_tokens=max_new_tokens)
-        prompt_ids = engine._prompt_ids(messages)
+        prompt_ids = engine.encode_prompt(messages)
         seq = torch.tensor(list(prompt_ids) + list(ar.token_ids), device=engine.device)
         tf = teacher_forced_samples(engine.model, [seq], progress=False)[0]
         answers.append(Sample(tf.ids, tf.feats, start=max(len(prompt_ids) - 2, 0)))
