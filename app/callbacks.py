@@ -26,6 +26,7 @@ from . import charts
 from .decoding import StepPump, decode_thread
 from .inputs import METHODS, generation_options, parse_prompt
 from .models import EngineProvider
+from .race import lane, race_html
 from .trace import RunView, TokenDecoder, load_view, save_downloads
 from .zerogpu import InlinePump, gpu_decoder
 from .zerogpu import active as zerogpu_active
@@ -254,6 +255,7 @@ class Explorer:
         self._engine(progress)
         greedy = base["temperature"] == 0.0
         summaries: dict[str, RunSummary] = {}
+        runs: dict[str, tuple] = {}  # method -> (events, summary): what the race replays
         shown: tuple = (None, None)  # table and chart so far; re-sent as plain values (see `streamed_outputs`)
         for method in ["ar", *methods]:
             options = {**base, "method": method}
@@ -261,35 +263,52 @@ class Explorer:
             plan = [] if key in self._warm else [("warm-up", {**options, "max_new_tokens": 2})]
             for label, opts in [*plan, ("timed", options)]:
                 try:
-                    for text, summary in self._compare_run(prompt, opts, method, label):
+                    for text, summary, events in self._compare_run(prompt, opts, method, label):
                         if summary is None:
-                            yield *shown, text
+                            yield *shown, text, runs
                 except ValueError as exc:
                     raise fail("cannot run", exc) from None
                 except Exception as exc:  # noqa: BLE001
                     raise fail(f"decoding failed ({type(exc).__name__})", exc) from None
             self._warm.add(key)
             summaries[method] = summary
+            runs = {**runs, method: (events, summary)}
             table = compare_table(summaries, greedy)
             shown = (display_table(table), PlotData(type="plotly", plot=charts.compare_figure(table).to_json()))
-            yield *shown, compare_verdict(summaries, greedy)
+            yield *shown, compare_verdict(summaries, greedy), runs
 
     def _compare_run(self, prompt, options: dict, method: str, label: str):
-        """(status text, None) per step, then ("", summary); runs in a `StepPump` so Stop acts per step."""
+        """(status text, None, None) per step, then ("", summary, events); runs in a `StepPump` so Stop acts
+        per step."""
         pump = self._pump(self._decode(prompt, options))
-        tokens, summary = 0, None
+        events, summary = [], None
         try:
             for batch in pump.batches():
                 for item in batch:
                     if isinstance(item, RunSummary):
                         summary = item
                     else:
-                        tokens += len(item.tokens)
+                        events.append(item)
                 if summary is None:
-                    yield f"Running `{method}` ({label}): {tokens} tokens…", None
+                    yield f"Running `{method}` ({label}): {sum(len(e.tokens) for e in events)} tokens…", None, None
         finally:
             pump.stop()
-        yield "", summary
+        yield "", summary, events
+
+    def race(self, runs: dict | None) -> str:
+        """The race of the runs the Compare tab just made (their recorded step times; nothing runs again)."""
+        if not runs:
+            return race_html([], "")
+        loaded = self.provider.loaded
+        tokenizer = loaded[0].tokenizer if loaded is not None else None
+        lanes = []
+        for method, (events, summary) in runs.items():
+            decoder = TokenDecoder(tokenizer)
+            pieces = [decoder.push(t) for e in events for t in e.tokens]
+            lanes.append(lane(method, events, summary, pieces))
+        device = loaded[1].device if loaded is not None else "?"
+        return race_html(lanes, f"Recorded just now on this server ({html.escape(str(device))}), "
+                         "each run after one untimed warm-up; tokens appear when their step finished.")
 
 
 def compare_table(summaries: dict[str, RunSummary], greedy: bool) -> pd.DataFrame:

@@ -10,10 +10,11 @@ import gradio as gr
 
 from .callbacks import COMPARE_COLUMNS, LIVE_OUTPUTS, Explorer
 from .charts import ORIGIN_COLORS
-from .lesson import build_lesson_tab, register_deep_link
+from .lesson import LIVE_HEADER, build_lesson_tab, register_deep_link
 from .inputs import DEFAULTS, LIMITS, METHODS, SPEC_METHODS, example_prompts
 from .models import EngineProvider, Loader, pair_loader
 from .pairs import PairProvider, build_pair_picker
+from .race import race_component
 
 MODEL_QUEUE = "model"  # every event that runs the model shares this queue: one run at a time
 
@@ -37,11 +38,13 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
 
     # -- layout ------------------------------------------------------------------------------
     with gr.Blocks(title="NanoSpec Explorer") as demo:
-        gr.Markdown(INTRO)
-        pair_md = gr.Markdown(provider.describe(), elem_id="pair-info")
+        # the Live header: collapses in lesson-first mode (presenter mode, chapter links)
+        gr.Markdown(INTRO, elem_classes=[LIVE_HEADER])
+        pair_md = gr.Markdown(provider.describe(), elem_id="pair-info", elem_classes=[LIVE_HEADER])
         if isinstance(provider, PairProvider):
-            build_pair_picker(provider, pair_md, MODEL_QUEUE)
-        with gr.Row(equal_height=False):
+            with gr.Column(elem_classes=[LIVE_HEADER]):
+                build_pair_picker(provider, pair_md, MODEL_QUEUE)
+        with gr.Row(equal_height=False, elem_classes=[LIVE_HEADER]):
             with gr.Column(scale=3):
                 prompt = gr.Textbox(label="Prompt (the chat template is applied for you)", lines=4,
                                     elem_id="prompt", placeholder="Ask something, or pick an example below. "
@@ -104,6 +107,10 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                 compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
                 table = gr.Dataframe(headers=COMPARE_COLUMNS, label="Results", interactive=False,
                                      elem_id="compare-table")
+                compare_runs = gr.State(None)  # the runs just made, for the race
+                race_btn = gr.Button("Race these runs ▶ (replay them side by side in their recorded time)",
+                                     elem_id="compare-race-btn")
+                race = race_component(elem_id="compare-race")
 
             lesson = build_lesson_tab(
                 {"prompt": prompt, "method": method, "max_new_tokens": max_new, "depth": depth, "top_k": top_k,
@@ -124,10 +131,11 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                    concurrency_limit=None, show_progress="hidden")
         replay_file.upload(explorer.replay, [replay_file], live_outputs, api_name="replay", concurrency_limit=None)
         compare_event = compare_btn.click(explorer.run_compare, [prompt, methods, *knobs],
-                                          [table, compare_plot, verdict], api_name="compare",
+                                          [table, compare_plot, verdict, compare_runs], api_name="compare",
                                           concurrency_id=MODEL_QUEUE, concurrency_limit=1,
                                           show_progress_on=[verdict])
         compare_stop.click(None, None, None, cancels=[compare_event], api_visibility="undocumented")
+        race_btn.click(explorer.race, compare_runs, race, api_visibility="undocumented", queue=False)
         demo.load(provider.describe, None, pair_md, api_visibility="undocumented", queue=False)
         register_deep_link(demo, lesson)  # ?chapter=N opens the Lesson tab; ?presenter=1 enlarges fonts
     demo.queue(default_concurrency_limit=1)

@@ -103,4 +103,13 @@ def test_compare_tab_shows_verdict(page_url, browser):
     page.locator("#compare-plot .js-plotly-plot").first.wait_for(state="visible", timeout=60_000)
     assert "✓" in page.locator("#compare-verdict").inner_text()
     page.screenshot(path=str(ARTIFACTS / "app_compare.png"), full_page=True)
+    # the race replays the runs just made: one lane per method, each finishes with its τ and tokens/s
+    page.locator("#compare-race-btn").click()
+    lanes = page.locator("#compare-race .race-lane")
+    lanes.first.wait_for(timeout=30_000)
+    assert lanes.count() == 3
+    page.locator("#compare-race .race-go[data-speed='4']").click()
+    page.wait_for_function("document.querySelectorAll('#compare-race .race-lane.done').length == 3", timeout=60_000)
+    assert "tok/s" in page.locator("#compare-race .race-lane").first.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "app_compare_race.png"), full_page=True)
     page.close()

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import pytest
 
 from app import lesson as lc
+from app.lesson import questions
 from app.lesson import tab as lesson_tab
 from nanospec.lesson import record as lesson_traces
 from nanospec.pair import DEFAULT_HEAD
@@ -185,14 +186,16 @@ def test_recording_pipeline_end_to_end(tmp_path):
     pair = {"target": "tiny", "head": "random", "head_kind": "random", "device": "cpu", "dtype": "float32",
             "vocab_size": 512, "hidden_size": 32}
     settings = {"max_new_tokens": 12, "runs": lesson_traces.RUNS}
+    sampled = {"qa-01": lesson_traces.record_sampling(engine, item, 12, runs=6)}
     lesson_traces.write_runs(tmp_path / lesson_traces.RUNS_FILE, docs,
                              [{"id": "qa-01", "category": "qa", "text": item["prompt"]}], pair,
-                             lesson_traces.COMMAND, settings, lesson_traces.machine_label())
+                             lesson_traces.COMMAND, settings, lesson_traces.machine_label(), sampled)
     sweep = {"points": [{"vocab": v, "label": "x", "rows": 6, "ms": 1.0} for v in lesson_traces.SWEEP_VOCABS],
              "repeats": 1, "hidden": 32, "machine": lesson_traces.machine_label()}
     (tmp_path / lesson_traces.SWEEP_FILE).write_text(json.dumps(sweep))
     lesson = lc.load_lesson(tmp_path)
     assert all(r.meta["identical_to_first"] for r in lesson.runs.values())
+    assert lesson.checks["qa-01"]["runs"] == 6 and lesson.run("qa-01", "sampled").meta["trials"]
     for number in range(1, len(lc.CHAPTERS) + 1):
         assert lc.chapter_figure(lesson, number, "qa-01", 1).data
         assert "Development traces" in lc.chapter_text(lesson, number, "qa-01", 1)
@@ -215,3 +218,118 @@ def test_missing_traces_say_how_to_record(tmp_path):
         fh.write("{}")
     with pytest.raises(ValueError, match="not a lesson bundle"):
         lc.load_lesson(tmp_path)
+
+
+# -- predict, then reveal -----------------------------------------------------------------------------
+def _independent_answer(lesson, number: int, pid: str, q) -> str:
+    """Each chapter's right answer, recomputed here straight from the trace."""
+    from nanospec.timing import DRAFT_PHASES
+
+    run = lc.chapter_run(lesson, number, pid)
+    e = run.event(q.step)
+    decode = run.frame[run.frame["step"] > 0]
+    if number == 2:
+        return str(len(e.accepted_tokens))
+    if number == 3:
+        return str(len(e.accepted_tokens) + 1)
+    if number in (4, 8):
+        totals = {p: decode[f"phase_{p}"].sum() for p in DRAFT_PHASES}
+        return questions.PHASE_WORDS[max(totals, key=totals.get)]
+    if number == 5:
+        kinds = lc.run_locality(run)
+        seen = sum(k != "new" for k in kinds) / len(kinds)
+        return next(label for upper, label in questions.SHARE_BINS if seen < upper)
+    if number == 6:
+        frac = decode["active_size"].mean() / run.summary.vocab_size
+        return next(label for upper, label in questions.ACTIVE_BINS if frac < upper)
+    if number == 7:
+        first = next(x for x in run.events if x.step > 0 and x.miss_kind != "none")
+        assert q.step == first.step
+        return questions.MISS_WORDS[first.miss_kind]
+    raise AssertionError(number)
+
+
+@pytest.mark.parametrize("number", range(2, 9))
+def test_every_question_is_answered_by_its_trace(shipped, number):
+    for pid in shipped.prompt_ids:
+        c = lc.chapter(number)
+        q = c.question(shipped, lc.chapter_run(shipped, number, pid))
+        assert 2 <= len(q.options) == len(set(q.options)) and 0 <= q.answer < len(q.options)
+        assert q.options[q.answer] == _independent_answer(shipped, number, pid, q), (number, pid)
+        assert 0 <= q.step <= lc.chapter_steps(shipped, number, pid)
+        assert "right." in q.verdict(q.options[q.answer]) and "the answer is" in q.verdict(q.options[0] + "x")
+    assert lc.chapter(1).question is None and lc.chapter(9).question is None
+
+
+def test_a_question_hides_the_chart_until_answered(no_model_loading):
+    pid = lesson_tab.lesson_data().prompt_ids[0]
+    chapter, slider, text, fig, tokens, quiz, reveal, pending, race = lesson_tab.open_chapter(2, pid, False)
+    assert pending is True and quiz.visible and "Predict first" in text and tokens == ""
+    assert "Predict first" in fig.layout.annotations[0].text
+    q = questions.chain_question(lesson_tab.lesson_data(), lesson_tab.lesson_data().run(pid, "greedy"))
+    assert slider.value == q.step and quiz.choices == [(o, o) for o in q.options]
+    step, text, fig, tokens, quiz, reveal, pending = lesson_tab.answer(2, pid, q.options[q.answer], False)
+    assert step == q.step and pending is False and quiz.visible is False
+    assert "right." in reveal and f"**Step {q.step}:**" in text and "class='tok" in tokens
+    # stepping instead of answering also shows the chart (and leaves the question unanswered)
+    assert lesson_tab.move(2, pid, q.step, False, +1)[-1] is False
+    # chapters without a question open on their chart
+    assert lesson_tab.open_chapter(1, pid, False)[7] is False
+
+
+def test_lesson_first_charts_fit_the_page(no_model_loading):
+    from app.lesson import callbacks
+
+    pid = lesson_tab.lesson_data().prompt_ids[0]
+    for number in range(1, len(lc.CHAPTERS) + 1):
+        for height in (720, 1080):
+            fig = lesson_tab.render(number, pid, 1, True, fit=height)[1]
+            assert fig.layout.height == callbacks.chart_height(height, number) < height - 200
+    assert callbacks.chart_height(0) is None  # not lesson-first: each chart keeps its own height
+
+
+# -- the race ---------------------------------------------------------------------------------------------
+def test_race_lanes_replay_the_recorded_step_times(shipped):
+    import html as html_lib
+    import re
+
+    pid = shipped.prompt_ids[0]
+    markup = lc.chapter(11).race(shipped, pid)
+    data = json.loads(html_lib.unescape(re.search(r'data-race="([^"]*)"', markup).group(1)))
+    assert [lane["label"] for lane in data["lanes"]] == ["ar", "full", "nanospec"]
+    for lane in data["lanes"]:
+        run = shipped.run(pid, lane["label"])
+        cumulative = 0.0
+        for t, c, e in zip(lane["t"], lane["c"], run.events):
+            cumulative += e.wall_ms
+            assert t == pytest.approx(cumulative, abs=0.01) and c == run.tokens_through(e.step)
+        assert "".join(lane["p"]) == "".join(run.pieces) and lane["tau"] == run.summary.tau
+    assert shipped.info["machine"]["text"] in html_lib.unescape(markup)
+    assert lesson_tab.open_chapter(11, pid, False)[8].visible is True
+    assert lesson_tab.open_chapter(10, pid, False)[8].visible is False
+
+
+def test_race_lane_from_events():
+    from app.race import lane, race_html
+
+    with pytest.raises(ValueError, match="no steps"):
+        lane("ar", [], None)
+    assert "Nothing to race" in race_html([], "")
+
+
+# -- sampling ---------------------------------------------------------------------------------------------
+def test_sampling_trials_follow_the_acceptance_rule():
+    import torch
+
+    from nanospec.lesson.sampling import step_trials
+
+    # root (node 0) with children 1 and 2 (tokens 3, 1); node 1 has child 3 (token 2)
+    event = {"tree_tokens": [0, 3, 1, 2], "tree_parents": [-1, 0, 0, 1], "accepted_path": [0, 2], "bonus_token": 0}
+    probs = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.5, 0.1, 0.2, 0.2]])
+    levels = step_trials(event, 0, probs)
+    tried = levels[0]["tried"]
+    # token 3 first: accepted with p = 0.4; rejected, so token 1 is tried with 0.2 / (1 - 0.4)
+    assert [t["token"] for t in tried] == [3, 1] and [t["accepted"] for t in tried] == [False, True]
+    assert tried[0]["accept_prob"] == pytest.approx(0.4) and tried[1]["accept_prob"] == pytest.approx(0.2 / 0.6)
+    # node 2 has no children: the bonus is drawn from the whole of p at the next position
+    assert levels[1]["tried"] == [] and levels[1]["bonus"]["residual_p"] == pytest.approx(0.5)

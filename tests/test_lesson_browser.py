@@ -1,4 +1,6 @@
-"""Headless Chromium walk through the Lesson tab: every chapter via "Next chapter", one screenshot each.
+"""Headless Chromium walk through the Lesson tab: every chapter via "Next chapter", one screenshot each;
+every chapter at 1280×720 and 1920×1080 in lesson-first mode (title, chart and step buttons on one
+screen); the race.
 
 Screenshots go to artifacts/lesson/ (gitignored). Needs Python `playwright` and a Chromium binary at
 /usr/bin/chromium (or $NANOSPEC_CHROMIUM); skipped otherwise. Never runs `playwright install`.
@@ -70,6 +72,68 @@ def _settle(page) -> None:
     page.wait_for_timeout(700)  # let Plotly finish drawing before the screenshot
 
 
+def _answer_if_asked(page) -> None:
+    """Chapters 2-8 ask first: click the first option and wait for the verdict and the chart."""
+    page.wait_for_timeout(300)
+    options = page.locator("#lesson-quiz input[type=radio]")
+    if options.count() and options.first.is_visible():
+        options.first.check()
+        page.locator("#lesson-reveal .reveal").wait_for(timeout=15_000)
+        page.locator("#lesson-text .provenance").wait_for(timeout=15_000)
+
+
+def _inside(page, selector: str, height: int) -> tuple[float, float]:
+    box = page.locator(selector).first.bounding_box()
+    assert box is not None, f"{selector} is not shown"
+    top, bottom = box["y"], box["y"] + box["height"]
+    assert 0 <= top and bottom <= height + 1, f"{selector} spans {top:.0f}-{bottom:.0f} px, the screen is {height}"
+    return top, bottom
+
+
+@pytest.mark.parametrize("width, height", [(1280, 720), (1920, 1080)])
+def test_every_chapter_fits_one_screen_behind_a_chapter_link(lesson_url, browser, width, height):
+    from app.lesson import CHAPTERS
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(lesson_url + "?chapter=1")
+    page.wait_for_function("document.body.classList.contains('lesson-first')", timeout=15_000)
+    for c in CHAPTERS:
+        _chapter_heading(page, c.number)
+        _answer_if_asked(page)
+        _settle(page)
+        assert page.evaluate("window.scrollY") == 0
+        _inside(page, "#lesson-text h2", height)
+        _inside(page, "#lesson-plot .js-plotly-plot", height)
+        for button in ("#lesson-step-prev", "#lesson-step-next", "#lesson-play"):
+            _inside(page, button, height)
+        if c.race is not None:
+            _inside(page, "#lesson-race .race", height)
+        page.screenshot(path=str(SHOTS / f"fit-{width}x{height}-chapter-{c.number}.png"))
+        if c.number < len(CHAPTERS):
+            page.locator("#lesson-next-chapter").click()
+    page.close()
+
+
+def test_race_replays_the_recorded_runs(lesson_url, browser):
+    from app.lesson import CHAPTERS
+
+    race = next(c for c in CHAPTERS if c.race is not None)
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.goto(lesson_url + f"?chapter={race.number}")
+    _chapter_heading(page, race.number)
+    lanes = page.locator("#lesson-race .race-lane")
+    lanes.first.wait_for(timeout=15_000)
+    assert lanes.count() == 3
+    page.wait_for_function("document.querySelector('#lesson-race .race-clock').textContent !== '0.00 s'",
+                           timeout=10_000)
+    page.locator("#lesson-race .race-go[data-speed='4']").click()
+    page.wait_for_function("document.querySelectorAll('#lesson-race .race-lane.done').length == 3", timeout=90_000)
+    assert all("tok/s" in lanes.nth(i).inner_text() for i in range(3))
+    page.screenshot(path=str(SHOTS / "race.png"))
+    page.close()
+
+
 def test_walk_all_chapters_with_next(lesson_url, browser):
     from app.lesson import CHAPTERS
 
@@ -85,6 +149,7 @@ def test_walk_all_chapters_with_next(lesson_url, browser):
     assert first_paint < 20, f"the lesson took {first_paint:.1f} s to show chapter 1"
     for c in CHAPTERS:
         _chapter_heading(page, c.number)
+        _answer_if_asked(page)
         _settle(page)
         assert "Real recorded trace" in page.locator("#lesson-text").inner_text()
         page.screenshot(path=str(SHOTS / f"chapter-{c.number}.png"), full_page=True)

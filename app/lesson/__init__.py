@@ -4,7 +4,10 @@
     figures.py    one Plotly figure per chapter
     narration.py  the sentences under each chapter's idea, read off the trace
     views.py      the answer as coloured token chips
-    chapters.py   the chapters: each one object with its figure, narration, tokens and start step
+    questions.py  predict, then reveal: one question per chapter 2-8, read off the trace
+    chapters.py   the chapters: each one object with its figure, narration, tokens, start step, question
+    callbacks.py  the tab's callbacks (open, step, answer, play)
+    style.py      its CSS and the few lines of browser JavaScript (lesson-first mode)
     tab.py        the Gradio "Lesson" tab and the `?chapter=N` / `?presenter=1` deep links
 """
 
@@ -12,9 +15,10 @@ from .chapters import (CHAPTERS, Chapter, chapter, chapter_figure, chapter_run, 
                        chapter_tokens, live_settings, start_step)
 from .data import (COMMAND, LESSON_DIR, RUN_LABELS, RUNS_FILE, SWEEP_FILE, Lesson, LessonRun, load_lesson, locality,
                    run_locality)
+from .style import LIVE_HEADER
 from .tab import build_lesson_demo, build_lesson_tab, lesson_data, register_deep_link
 
-__all__ = ["CHAPTERS", "COMMAND", "Chapter", "LESSON_DIR", "Lesson", "LessonRun", "RUNS_FILE", "RUN_LABELS",
+__all__ = ["LIVE_HEADER", "CHAPTERS", "COMMAND", "Chapter", "LESSON_DIR", "Lesson", "LessonRun", "RUNS_FILE", "RUN_LABELS",
            "SWEEP_FILE", "build_lesson_demo", "build_lesson_tab", "chapter", "chapter_figure", "chapter_run",
            "chapter_steps", "chapter_text", "chapter_tokens", "lesson_data", "live_settings", "load_lesson",
            "locality", "register_deep_link", "run_locality", "start_step"]

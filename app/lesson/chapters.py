@@ -12,45 +12,58 @@ step) and look up the chapter's run; the Gradio tab (app/lesson/tab.py) calls on
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+from .. import race
 from ..inputs import DEFAULTS
 from . import figures, narration, views
-from .data import Lesson, LessonRun
+from . import questions as q
+from .data import SAMPLED, Lesson, LessonRun, busiest_early_step, decode_events
 
 FigureFn = Callable[[Lesson, LessonRun, int, bool], go.Figure]
 NarrateFn = Callable[[Lesson, LessonRun, int], str]
 TokensFn = Callable[[LessonRun, int], str]
 StartFn = Callable[[LessonRun], int]
+QuestionFn = Callable[[Lesson, LessonRun], "q.Question"]
+RaceFn = Callable[[Lesson, str], str]
 
 
 # -- where a chapter opens -------------------------------------------------------------------------
-def _decode(run: LessonRun) -> list:
-    return [e for e in run.events if e.step > 0]
-
-
 def first_decode_step(run: LessonRun) -> int:
-    return 1 if _decode(run) else 0
-
-
-def longest_early_step(run: LessonRun) -> int:
-    """The step that wrote the most tokens in the first half of the run (a good draft to look at)."""
-    decode = _decode(run)
-    if not decode:
-        return 0
-    return max(decode[: max(1, len(decode) // 2)], key=lambda e: len(e.tokens)).step
+    return 1 if decode_events(run) else 0
 
 
 def eighth_step(run: LessonRun) -> int:
-    return min(run.last_step, 8) if _decode(run) else 0
+    return min(run.last_step, 8) if decode_events(run) else 0
+
+
+def first_rejection(run: LessonRun) -> int:
+    """The first sampled step where a drafted candidate was rejected before another was accepted (else the
+    first step with any rejection, else the first decode step)."""
+    trials = run.meta.get("trials") or []
+    tried = [(t["step"], t["levels"][0]["tried"]) for t in trials if t.get("levels")]
+    for step, tries in tried:
+        if len(tries) > 1 and tries[-1]["accepted"]:
+            return step
+    return next((step for step, tries in tried if not tries[-1]["accepted"]), first_decode_step(run))
+
+
+def race_lanes(lesson: Lesson, prompt_id: str) -> str:
+    """The race of the recorded `ar`, `full` and `nanospec` runs of a prompt."""
+    lanes = [race.lane(key, r.events, r.summary, r.pieces) for key in figures.RACE_RUNS
+             if (r := lesson.runs.get((prompt_id, key))) is not None]
+    machine = html.escape(str((lesson.info.get("machine") or {}).get("text")))
+    return race.race_html(lanes, f"Recorded {lesson.info.get('recorded_at')} on {machine}, one thread; "
+                          "each token appears when its step finished in the recording.")
 
 
 def first_vocab_miss(run: LessonRun) -> int:
     """The first step whose bonus token was a vocabulary miss (else the first decode step)."""
-    miss = next((e.step for e in _decode(run) if e.miss_kind == "vocab"), None)
+    miss = next((e.step for e in decode_events(run) if e.miss_kind == "vocab"), None)
     return miss if miss is not None else first_decode_step(run)
 
 
@@ -66,6 +79,8 @@ class Chapter:
     narrate: NarrateFn
     tokens: TokensFn
     start: StartFn
+    question: QuestionFn | None = None   # predict, then reveal
+    race: RaceFn | None = None           # race lanes shown above the chart
 
 
 _TREE = {k: DEFAULTS[k] for k in ("depth", "top_k", "total_tokens")}  # the engine's default tree
@@ -84,7 +99,8 @@ CHAPTERS = (
             "token is exactly the target's own choice, so the text is **identical** to plain decoding (lossless) — "
             "only fewer forwards are needed.",
             {"method": "full", "depth": 5, "top_k": 1, "total_tokens": 6},
-            figures.chain_figure, narration.chain_now, views.origin_view, longest_early_step),
+            figures.chain_figure, narration.chain_now, views.origin_view, busiest_early_step,
+            q.chain_question),
     Chapter(3, "Draft trees", "full",
             "A chain is lost at its first wrong guess. A **draft tree** keeps several candidates at every level "
             f"(here the best {_TREE['top_k']} per level, {_TREE['depth']} levels, {_TREE['total_tokens'] - 1} drafted "
@@ -92,19 +108,22 @@ CHAPTERS = (
             "one forward**: an attention mask lets each node see only its own ancestors. The longest branch the "
             "target agrees with is accepted (green path), so more tokens survive per forward.",
             {"method": "full", **_TREE},
-            figures.tree_chapter_figure, narration.tree_now, views.origin_view, longest_early_step),
+            figures.tree_chapter_figure, narration.tree_now, views.origin_view, busiest_early_step,
+            q.tree_question),
     Chapter(4, "The vocabulary bottleneck", "full",
             "To score its guesses the drafter multiplies its output by the **LM head**: one row for **every** "
             "token of the vocabulary (V = 49,152 here). That one matmul is a large share of the drafter's time, "
             "and it grows in step with V — and modern tokenizers have 128k to 256k tokens.",
             {"method": "full", **_TREE},
-            figures.bottleneck_figure, narration.bottleneck_now, views.origin_view, first_decode_step),
+            figures.bottleneck_figure, narration.bottleneck_now, views.origin_view, first_decode_step,
+            q.bottleneck_question),
     Chapter(5, "Temporal locality", "ar",
             "The tokens a model writes are **rarely new**. Most already appeared in the prompt or earlier in the "
             "answer, or were among the target's own **top-3 guesses** at an earlier position. So the drafter "
             "does not need the whole vocabulary: the recent context already holds the likely candidates.",
             {"method": "nanospec", **_TREE},
-            figures.locality_figure, narration.locality_now, views.locality_view, eighth_step),
+            figures.locality_figure, narration.locality_now, views.locality_view, eighth_step,
+            q.locality_question),
     Chapter(6, "NanoSpec's active vocabulary", "nanospec",
             "NanoSpec lets the drafter score only an **active set** of tokens. At prefill (**Ctx**) it adds every "
             "prompt token plus the target's top-3 guesses at every prompt position. After each verification "
@@ -113,7 +132,8 @@ CHAPTERS = (
             "fresh for the "
             "next request.",
             {"method": "nanospec", **_TREE},
-            figures.active_set_figure, narration.active_now, views.origin_view, first_decode_step),
+            figures.active_set_figure, narration.active_now, views.origin_view, first_decode_step,
+            q.active_question),
     Chapter(7, "Coverage misses", "nanospec",
             "If the token the target wants is **not** in the active set, the drafter cannot propose it: a **vocab "
             "miss** (red). The target still verifies over the full vocabulary, so it simply writes that token as "
@@ -121,20 +141,38 @@ CHAPTERS = (
             "it (a lower τ). A **draft miss** (yellow) is different: the token was in the set, the drafter just "
             "ranked it too low — that also happens with the full vocabulary.",
             {"method": "nanospec", **_TREE},
-            figures.misses_figure, narration.misses_now, views.origin_view, first_vocab_miss),
+            figures.misses_figure, narration.misses_now, views.origin_view, first_vocab_miss,
+            q.misses_question),
     Chapter(8, "The system side", "nanospec",
             "Scoring fewer rows helps only if keeping the set up to date is cheap. NanoSpec keeps the active LM-head "
             "rows in **one contiguous buffer** and copies in **only the new rows** each step. On a GPU that copy runs "
             "on a **side stream**, overlapping the draft layer, and the membership mask and id buffer **stay on "
             "the device**, so the loop never waits for the CPU.",
             {"method": "nanospec", **_TREE},
-            figures.system_figure, narration.system_now, views.origin_view, first_decode_step),
+            figures.system_figure, narration.system_now, views.origin_view, first_decode_step,
+            q.system_question),
     Chapter(9, "Try it", "nanospec",
             "Now run it yourself. **Try it live** opens the Live tab with this chapter's prompt and NanoSpec's "
             "settings. Switch the method to `full` or `ar` and compare: every method writes the **same text**; "
             "they differ in how many target forwards and how much draft time it takes.",
             {"method": "nanospec", **_TREE},
             figures.try_figure, narration.try_now, views.origin_view, first_decode_step),
+    Chapter(10, "Sampling at temperature > 0", SAMPLED,
+            "With temperature > 0 the target **samples** instead of taking its top token, so \"the same token\" "
+            "no longer makes sense: speculative sampling must leave the **distribution** unchanged. The drafter "
+            "still proposes its top candidates. The target tries them in order and accepts a candidate x with "
+            "probability **p(x)**, its own probability for x. On rejection x is removed, the rest of p is "
+            "renormalised and the next candidate is tried; if all are rejected, the token is drawn from what is "
+            "left. Each token is therefore an exact draw from p.",
+            {"method": "nanospec", **_TREE, "temperature": 0.8},
+            figures.sampling_figure, narration.sampling_now, views.origin_view, first_rejection),
+    Chapter(11, "The race", "nanospec",
+            "The same prompt, three recorded runs, replayed **in the time they took**: plain autoregressive "
+            "decoding (`ar`), the EAGLE-2 tree over the full vocabulary (`full`) and NanoSpec. Each token appears "
+            "when the step that wrote it finished in the recording; no model runs here. Speculative runs write "
+            "in bursts (one burst per target forward), and each lane shows its τ and tokens/s at the finish.",
+            {"method": "nanospec", **_TREE},
+            figures.race_figure, narration.race_now, views.origin_view, first_decode_step, race=race_lanes),
 )
 
 
@@ -145,19 +183,34 @@ def chapter(number: int) -> Chapter:
 
 
 def chapter_run(lesson: Lesson, number: int, prompt_id: str) -> LessonRun:
-    return lesson.run(prompt_id, chapter(number).run)
+    """The run the chapter steps through (bundles recorded before the sampling run: the greedy nanospec run)."""
+    key = chapter(number).run
+    if key == SAMPLED and prompt_id not in lesson.sampled:
+        key = "nanospec"
+    return lesson.run(prompt_id, key)
 
 
 def chapter_text(lesson: Lesson, number: int, prompt_id: str, step: int) -> str:
     """Markdown: chapter heading, the idea, what the chart shows at this step, and where the trace came from."""
+    c, run = chapter(number), chapter_run(lesson, number, prompt_id)
+    return (f"## Chapter {c.number} · {c.title}\n\n{c.idea}\n\n{c.narrate(lesson, run, step)}\n\n"
+            + narration.provenance(lesson, run))
+
+
+def chapter_figure(lesson: Lesson, number: int, prompt_id: str, step: int, presenter: bool = False,
+                   height: int | None = None) -> go.Figure:
+    """The chapter's chart at a step; `height` (px) fits it to the screen in lesson-first mode."""
+    fig = chapter(number).figure(lesson, chapter_run(lesson, number, prompt_id), step, presenter)
+    if height:
+        fig.update_layout(height=height)
+    return fig
+
+
+def predict_text(lesson: Lesson, number: int, prompt_id: str) -> str:
+    """Markdown while the chapter's question is open: the idea, and a nudge to answer first."""
     c = chapter(number)
-    return (f"## Chapter {c.number} · {c.title}\n\n{c.idea}\n\n"
-            f"{c.narrate(lesson, chapter_run(lesson, number, prompt_id), step)}\n\n"
-            + narration.provenance(lesson, prompt_id, c.run))
-
-
-def chapter_figure(lesson: Lesson, number: int, prompt_id: str, step: int, presenter: bool = False) -> go.Figure:
-    return chapter(number).figure(lesson, chapter_run(lesson, number, prompt_id), step, presenter)
+    return (f"## Chapter {c.number} · {c.title}\n\n{c.idea}\n\n<div class='predict'><b>Predict first:</b> answer "
+            "the question below with one click; the chart and the numbers from the recorded run follow.</div>")
 
 
 def chapter_tokens(lesson: Lesson, number: int, prompt_id: str, step: int) -> str:
@@ -178,4 +231,4 @@ def live_settings(lesson: Lesson, number: int, prompt_id: str) -> dict:
     """What "Try it live" puts into the app's controls: the chapter's prompt and decoding settings."""
     settings = (lesson.info.get("settings") or {})
     return {"prompt": lesson.prompt(prompt_id)["text"], "max_new_tokens": settings.get("max_new_tokens", 96),
-            "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": 3072, **chapter(number).live}
+            "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": DEFAULTS["capacity"], **chapter(number).live}

@@ -7,6 +7,7 @@ and narration. Nothing here loads a model or touches Gradio.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from dataclasses import dataclass, field
@@ -22,8 +23,9 @@ __all__ = ["BUNDLE_FORMAT", "COMMAND", "LESSON_DIR", "RUNS_FILE", "SWEEP_FILE", 
            "LessonRun", "load_lesson", "locality", "run_locality", "ctx_breakdown", "lm_head_share",
            "summary_table", "phase_means", "SYSTEM_PHASES"]
 
+SAMPLED = "sampled"   # the key of the run at temperature > 0 (the sampling chapter)
 RUN_LABELS = {"ar": "ar", "greedy": "greedy chain", "full": "full", "static": "static",
-              "nanospec": "nanospec", "hybrid": "hybrid"}
+              "nanospec": "nanospec", "hybrid": "hybrid", SAMPLED: "nanospec, sampled"}
 SEEN = {"prompt": ("in the prompt", "#3b6fd8"), "output": ("earlier in the answer", "#2e9d5b"),
         "top3": ("in the target's earlier top-3", "#f2b134"), "new": ("new", "#d64545")}
 
@@ -38,12 +40,15 @@ class LessonRun:
     events: list[StepEvent]
     summary: RunSummary
     meta: dict
-    frame: pd.DataFrame = field(init=False)
     token_steps: list[int] = field(init=False)   # step that emitted each output token
 
     def __post_init__(self):
-        self.frame = events_to_frame(self.events)
         self.token_steps = [e.step for e in self.events for _ in e.tokens]
+
+    @functools.cached_property
+    def frame(self) -> pd.DataFrame:
+        """One row per step (`events_to_frame`), built when a chart first needs it: the page opens faster."""
+        return events_to_frame(self.events)
 
     @property
     def output_ids(self) -> list[int]:
@@ -75,11 +80,16 @@ class Lesson:
     prompts: list[dict]
     info: dict                  # command, recorded_at, machine, pair, settings
     sweep: dict | None
+    sampled: dict[str, LessonRun] = field(default_factory=dict)   # prompt id -> the run at temperature > 0
+    checks: dict[str, dict] = field(default_factory=dict)         # prompt id -> first-token distribution check
     derived: dict = field(default_factory=dict, repr=False)  # memo of whole-lesson aggregates
 
     def run(self, prompt_id: str, key: str) -> LessonRun:
+        """A greedy run by key (`record.RUNS`), or `SAMPLED` for the prompt's run at temperature > 0."""
+        if key == SAMPLED and prompt_id in self.sampled:
+            return self.sampled[prompt_id]
         if (prompt_id, key) not in self.runs:
-            raise ValueError(f"no recorded run {key!r} for prompt {prompt_id!r}")
+            raise ValueError(f"no recorded run {key!r} for prompt {prompt_id!r}; re-record with `{COMMAND}`")
         return self.runs[(prompt_id, key)]
 
     @property
@@ -105,14 +115,21 @@ def load_lesson(folder: str | Path | None = None) -> Lesson:
         raise ValueError(f"{path.name} is not a lesson bundle written by `{COMMAND}`")
     runs = {}
     for trace in doc["runs"]:
-        meta = trace["meta"]
-        run = LessonRun(meta["prompt_id"], meta["run"], [StepEvent.from_dict(e) for e in trace["events"]],
-                        RunSummary(**trace["summary"]), meta)
+        run = _run(trace)
         runs[(run.prompt_id, run.key)] = run
+    sampled = {pid: _run(entry["run"]) for pid, entry in (doc.get("sampling") or {}).items()}
+    checks = {pid: entry["distribution"] for pid, entry in (doc.get("sampling") or {}).items()
+              if entry.get("distribution")}
     sweep_path = folder / SWEEP_FILE
     sweep = json.loads(sweep_path.read_text()) if sweep_path.exists() else None
     info = {k: doc.get(k) for k in ("command", "recorded_at", "machine", "pair", "settings")}
-    return Lesson(runs, doc["prompts"], info, sweep)
+    return Lesson(runs, doc["prompts"], info, sweep, sampled, checks)
+
+
+def _run(trace: dict) -> LessonRun:
+    meta = trace["meta"]
+    return LessonRun(meta["prompt_id"], meta.get("run", SAMPLED), [StepEvent.from_dict(e) for e in trace["events"]],
+                     RunSummary(**trace["summary"]), meta)
 
 
 
@@ -141,6 +158,18 @@ def locality(prompt_ids: list[int], output_ids: list[int], top3: list[list[int]]
             out.append("new")
         seen_out.add(tok)
     return out
+
+
+def decode_events(run: LessonRun) -> list[StepEvent]:
+    return [e for e in run.events if e.step > 0]
+
+
+def busiest_early_step(run: LessonRun) -> int:
+    """The step that wrote the most tokens in the first half of the run (a good draft to look at)."""
+    decode = decode_events(run)
+    if not decode:
+        return 0
+    return max(decode[: max(1, len(decode) // 2)], key=lambda e: len(e.tokens)).step
 
 
 def run_locality(run: LessonRun) -> list[str]:

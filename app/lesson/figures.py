@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from ..charts import (ACCEPTED, BONUS, ORIGIN_COLORS, PHASE_COLORS, compare_figure, coverage_figure, token_label,
                       tree_figure, vocab_figure)
+from ..race import LANE_COLORS as RACE_COLORS
 from .data import COMMAND, SEEN, SYSTEM_PHASES, Lesson, LessonRun, lm_head_share, phase_means, run_locality, \
     summary_table
 
@@ -267,3 +268,112 @@ def try_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = Fals
                       margin=dict(t=90))
     return presentable(fig, presenter)
 
+
+
+def predict_figure(presenter: bool = False, height: int | None = None) -> go.Figure:
+    """The chart's place while the chapter's question is open: nothing to peek at yet."""
+    fig = go.Figure()
+    fig.add_annotation(text="Predict first ✋<br><span style='font-size:0.7em'>answer the question on the left: "
+                       "the chart from the recorded run appears here</span>", x=0.5, y=0.5, xref="paper",
+                       yref="paper", showarrow=False, font=dict(size=26 if presenter else 20, color="#e8743b"))
+    fig.update_layout(template="plotly_white", height=height or 420, margin=dict(l=10, r=10, t=10, b=10),
+                      xaxis=dict(visible=False), yaxis=dict(visible=False))
+    return fig
+
+
+# -- sampling (chapter 10) -------------------------------------------------------------------------
+def _trial_colors(run: LessonRun, entry: dict) -> dict[int, tuple[str, str]]:
+    """token -> (colour, word) for the root's drafted candidates and the bonus of one step."""
+    marks: dict[int, tuple[str, str]] = {}
+    levels = entry.get("levels") or []
+    if levels:
+        for t in levels[0]["tried"]:
+            marks[t["token"]] = ((ORIGIN_COLORS[ACCEPTED], "drafted, accepted") if t["accepted"]
+                                 else ("#d64545", "drafted, rejected"))
+        if "bonus" in levels[0]:
+            marks[levels[0]["bonus"]["token"]] = (ORIGIN_COLORS[BONUS], "drawn from what is left")
+    return marks
+
+
+def sampling_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+    """Ch. 10: the target's distribution at this step's root with the drafted candidates marked | the
+    first speculative token over many seeded runs against the target's own distribution."""
+    check = lesson.checks.get(run.prompt_id)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.1,
+                        subplot_titles=(f"Step {step}: target's p(x) at the first position",
+                                        _check_title(check)))
+    trials = run.meta.get("trials") or []
+    entry = trials[min(step, len(trials) - 1)] if trials else {}
+    top = entry.get("target_top") or []
+    marks = _trial_colors(run, entry)
+    fig.add_trace(go.Bar(x=[_tok(run, t, 10) for t, _ in top], y=[p for _, p in top], showlegend=False,
+                         marker_color=[marks.get(t, ("#c8c8c8", ""))[0] for t, _ in top],
+                         text=[f"{p:.2f}" for _, p in top], textposition="outside", cliponaxis=False,
+                         hovertext=[marks.get(t, ("", "not drafted"))[1] for t, _ in top],
+                         hovertemplate="%{x}: p = %{y:.3f}<br>%{hovertext}<extra></extra>"), row=1, col=1)
+    for word, color in (("drafted, accepted", ORIGIN_COLORS[ACCEPTED]), ("drafted, rejected", "#d64545"),
+                        ("drawn from what is left", ORIGIN_COLORS[BONUS]), ("not drafted", "#c8c8c8")):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=word,
+                                 marker=dict(symbol="square", size=12, color=color)), row=1, col=1)
+    fig.update_yaxes(title_text="target probability", rangemode="tozero", row=1, col=1)
+    if check:
+        _check_bars(fig, check, run)
+    else:
+        fig.add_annotation(text=f"not recorded: run `{COMMAND}`", xref="x2 domain", yref="y2 domain", x=0.5,
+                           y=0.5, showarrow=False)
+    temp = run.meta.get("config", {}).get("sampling", {}).get("temperature")
+    fig.update_layout(**base_layout(f"Speculative sampling at temperature {temp}: accept x with probability p(x)",
+                                    presenter, 460), barmode="group", bargap=0.2)
+    return fig
+
+
+def _check_title(check: dict | None) -> str:
+    if not check:
+        return "First speculative token over many runs"
+    return (f"{check['kept']} seeded runs: first speculative token vs target")
+
+
+def _check_bars(fig: go.Figure, check: dict, run: LessonRun) -> None:
+    n = check["kept"]
+    rows = check["tokens"][:10]
+    text = {int(k): v for k, v in check.get("token_text", {}).items()}
+    labels = [token_label(r["token"], text)[:10] for r in rows]
+    target = [r["p"] for r in rows]
+    band = [1.96 * math.sqrt(max(p * (1 - p), 0.0) / n) for p in target]   # 95% range of n exact draws
+    fig.add_trace(go.Bar(x=labels, y=target, name="target p(x)", marker_color="#7f8c8d",
+                         error_y=dict(type="data", array=band, visible=True, color="#555"),
+                         hovertemplate="%{x}: p = %{y:.3f}<extra>target</extra>"), row=1, col=2)
+    fig.add_trace(go.Bar(x=labels, y=[r["count"] / n for r in rows], name=f"speculative, {n} runs",
+                         marker_color="#e8743b",
+                         hovertemplate="%{x}: %{y:.3f}<extra>speculative sampling</extra>"), row=1, col=2)
+    fig.update_yaxes(title_text="share of runs / probability", rangemode="tozero", row=1, col=2)
+    fig.add_annotation(text=f"total variation {check['total_variation']:.3f}<br>(exact sampling, same n: "
+                       f"{check['total_variation_exact']:.3f})", xref="x2 domain", yref="y2 domain", x=0.98,
+                       y=0.98, showarrow=False, xanchor="right", yanchor="top", align="right",
+                       font=dict(size=12, color="#555"))
+
+
+# -- the race (chapter 11) --------------------------------------------------------------------------
+RACE_RUNS = ("ar", "full", "nanospec")
+
+
+def race_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+    """Ch. 11: tokens written against recorded time for each run of the race; the dotted line is
+    where the stepped run (nanospec) is at this step."""
+    fig = go.Figure()
+    for key in RACE_RUNS:
+        if (run.prompt_id, key) not in lesson.runs:
+            continue
+        r = lesson.run(run.prompt_id, key)
+        t = [0.0]
+        for e in r.events:
+            t.append(t[-1] + e.wall_ms)
+        n = [0] + [r.tokens_through(e.step) for e in r.events]
+        fig.add_trace(go.Scatter(x=[x / 1000 for x in t], y=n, mode="lines", line_shape="hv", name=key,
+                                 line=dict(width=3, color=RACE_COLORS.get(key)),
+                                 hovertemplate="%{x:.2f} s: %{y} tokens<extra>" + key + "</extra>"))
+    now = sum(e.wall_ms for e in run.events[: step + 1]) / 1000
+    fig.update_layout(**base_layout("Tokens written over recorded time (steps are the jumps)", presenter, 420))
+    fig.update_xaxes(title_text="seconds since the request (recorded)")
+    fig.update_yaxes(title_text="tokens written", rangemode="tozero")
+    return mark_step(fig, now, f"{run.key} step {step}")

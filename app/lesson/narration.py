@@ -15,15 +15,18 @@ from ..inputs import DEFAULTS
 from .data import COMMAND, RUN_LABELS, SEEN, Lesson, LessonRun, ctx_breakdown, lm_head_share, run_locality
 
 
-def provenance(lesson: Lesson, prompt_id: str, run_key: str) -> str:
+def provenance(lesson: Lesson, run: LessonRun) -> str:
     """The line every chapter ends with: the trace is real, which pair, machine and command made it."""
     pair, machine = lesson.info.get("pair") or {}, lesson.info.get("machine") or {}
+    prompt_id, run_key = run.prompt_id, run.key
+    sampling = run.meta.get("config", {}).get("sampling", {})
+    how = f"sampled at temperature {sampling['temperature']}" if sampling.get("temperature") else "greedy"
     head = "the project's shipped draft head" if pair.get("head_kind") == "shipped" else f"head `{pair.get('head')}`"
     warn = ("\n\n> ⚠️ **Development traces:** recorded with an untrained random head, so τ is about 1. "
             f"Re-record with `{COMMAND}` once the shipped head exists.") if pair.get("head_kind") == "random" else ""
     return (f"<div class='provenance'><b>Real recorded trace</b> — run <code>{RUN_LABELS.get(run_key, run_key)}"
             f"</code> on prompt <code>{prompt_id}</code>: {html.escape(str(pair.get('target')))} + {head}, "
-            f"{pair.get('device')} {pair.get('dtype')}, greedy, recorded {lesson.info.get('recorded_at')} on "
+            f"{pair.get('device')} {pair.get('dtype')}, {how}, recorded {lesson.info.get('recorded_at')} on "
             f"{html.escape(str(machine.get('text')))} by <code>{html.escape(str(lesson.info.get('command')))}</code>. "
             f"No model runs on this page.</div>{warn}")
 
@@ -171,3 +174,44 @@ def try_now(lesson: Lesson, run: LessonRun, step: int) -> str:
             f"On the command line: `{cli} \"…\"`. A live run on a CPU takes a few seconds (the model loads once).")
 
 
+
+
+def sampling_now(lesson: Lesson, run: LessonRun, step: int) -> str:
+    """Ch. 10: how this step's drafted candidates were tried, and the many-runs check."""
+    trials = run.meta.get("trials") or []
+    entry = trials[min(step, len(trials) - 1)] if trials else {}
+    text = ""
+    if step == 0 or not entry.get("levels"):
+        text = "**Step 0 (prefill):** the target samples the first token itself; drafting starts at step 1."
+    else:
+        tries = [f"{_q(run, t['token'])} with probability {t['accept_prob']:.2f} → "
+                 f"**{'accepted' if t['accepted'] else 'rejected'}**" for t in entry["levels"][0]["tried"]]
+        text = f"**Step {step}:** tried in draft order: " + "; ".join(tries) + "."
+        bonus = entry["levels"][0].get("bonus")
+        if bonus:
+            text += (f" All rejected: {_q(run, bonus['token'])} was drawn from what was left "
+                     f"(renormalised p {bonus['residual_p']:.2f}).")
+        text += f" This step wrote **{_n(len(run.event(step).tokens), 'token')}**."
+    check = lesson.checks.get(run.prompt_id)
+    if check:
+        text += (f" **Right:** {check['runs']} seeded runs; in the {check['kept']} that share the first token, the "
+                 "next one comes from a speculative step. Its frequencies against the target's p: total variation "
+                 f"**{check['total_variation']:.3f}**, where as many draws straight from the target give "
+                 f"{check['total_variation_exact']:.3f} (median of 200 simulated sets): sampling noise alone.")
+    elif step > 0:
+        text += f" *The many-runs check is not recorded in these traces: re-record with `{COMMAND}`.*"
+    return text
+
+
+def race_now(lesson: Lesson, run: LessonRun, step: int) -> str:
+    """Ch. 11: who finished when, from the recorded step times."""
+    pid = run.prompt_id
+    parts = []
+    for key in ("ar", "full", "nanospec"):
+        if (pid, key) in lesson.runs:
+            r = lesson.run(pid, key)
+            total = sum(e.wall_ms for e in r.events) / 1000
+            parts.append(f"`{key}` {total:.1f} s ({r.summary.tokens_per_s:.1f} tokens/s, τ {r.summary.tau:.2f})")
+    now = sum(e.wall_ms for e in run.events[: step + 1]) / 1000
+    return (" · ".join(parts) + f". The dotted line: `{run.key}` finished step {step} at {now:.2f} s. "
+            f"All times are the recorded ones ({html.escape(str((lesson.info.get('machine') or {}).get('text')))}).")

@@ -7,52 +7,29 @@
         register_deep_link(demo, lesson)           # ?chapter=5 and ?presenter=1
 
 Every chapter is drawn from assets/lesson/ (written by `python -m nanospec record-lesson`); nothing
-here loads a model. Chapter texts and charts are pure functions in app/lesson/chapters.py.
+here loads a model. Chapter texts and charts are pure functions in app/lesson/chapters.py,
+the callbacks are in app/lesson/callbacks.py. In presenter mode and behind a chapter link the lesson
+comes first: the app's Live header (class `live-header`) collapses until "Live controls" is clicked.
 """
 
 from __future__ import annotations
 
-import functools
 import html
 import logging
 from dataclasses import dataclass
 
 import gradio as gr
 
+from ..race import race_component
 from . import chapters as lc
-from .data import RUN_LABELS, Lesson, load_lesson
+from .callbacks import (SPEEDS, _step_label, answer, chapter_start, deep_link, lesson_data, move, open_chapter,
+                        render, set_speed, shift_chapter, tick, toggle_play, try_it_values)
+from .style import CSS, DEEP_LINK_JS, LIVE_TOGGLE_JS, PRESENTER_FIT_JS, PRESENTER_JS, with_fit
 
+__all__ = ["LessonHandles", "build_lesson_tab", "register_deep_link", "build_lesson_demo", "lesson_data",
+           "open_chapter", "move", "tick", "shift_chapter", "answer", "render", "try_it_values", "deep_link",
+           "toggle_play", "set_speed", "chapter_start"]
 log = logging.getLogger(__name__)
-SPEEDS = (0.5, 4.0)  # Play speed bounds, steps per second
-
-CSS = """
-#lesson-root { width: 100%; }
-#lesson-style { display: none !important; }
-#lesson-root .lesson-text { font-size: 1.05rem; line-height: 1.55; }
-#lesson-root .lesson-text h2 { margin-top: 0.2em; }
-#lesson-root .provenance { margin-top: 0.8em; padding: 6px 10px; border-left: 4px solid #9b7fc7;
-  background: rgba(155,127,199,0.08); font-size: 0.85em; border-radius: 4px; }
-#lesson-root .lesson-tokens { font-size: 0.95rem; line-height: 1.9; }
-#lesson-root .tokens-head { font-size: 0.85em; opacity: 0.85; margin-bottom: 4px; }
-#lesson-root .tokens-body { max-height: 12em; overflow-y: auto; }
-#lesson-root .tok { background: color-mix(in srgb, var(--c) 22%, transparent); border-bottom: 3px solid var(--c);
-  border-radius: 3px; padding: 1px 1px; white-space: pre-wrap; }
-#lesson-root .tok.now { outline: 2.5px solid #111; outline-offset: 1px;
-  background: color-mix(in srgb, var(--c) 45%, transparent); }
-#lesson-root .tok.later { opacity: 0.25; }
-#lesson-root .key { margin-left: 10px; border-bottom: 3px solid var(--c); padding: 0 3px; }
-#lesson-root.presenter .lesson-text { font-size: 1.5rem; }
-#lesson-root.presenter .lesson-tokens { font-size: 1.35rem; }
-#lesson-root.presenter button { font-size: 1.2rem; }
-#lesson-root.presenter label, #lesson-root.presenter span { font-size: 1.1rem; }
-body:has(#lesson-root.presenter) .gradio-container,
-body:has(#lesson-root.presenter) main { max-width: 100% !important; }
-"""
-PRESENTER_JS = """(on) => {
-  const root = document.querySelector('#lesson-root');
-  if (root) root.classList.toggle('presenter', !!on);
-  return on;
-}"""
 
 
 @dataclass
@@ -60,7 +37,7 @@ class LessonHandles:
     """The tab's components (for wiring from outside: deep links, tests)."""
 
     available: bool
-    chapter: gr.Radio | None = None
+    chapter: gr.Dropdown | None = None
     prompt: gr.Dropdown | None = None
     step: gr.Slider | None = None
     presenter: gr.Checkbox | None = None
@@ -71,112 +48,17 @@ class LessonHandles:
     play: gr.Button | None = None
     try_it: gr.Button | None = None
     tabs: gr.Tabs | None = None
+    quiz: gr.Radio | None = None
+    reveal: gr.Markdown | None = None
+    pending: gr.State | None = None
+    fit: gr.Number | None = None
+    race: gr.HTML | None = None
     message: str = ""
 
-
-@functools.lru_cache(maxsize=1)
-def lesson_data() -> Lesson:
-    """The recorded traces, read once per process (read-only, shared by every session)."""
-    return load_lesson()
-
-
-# -- callbacks -------------------------------------------------------------------------------------
-def _clamp_chapter(number) -> int:
-    try:
-        number = int(number)
-    except (TypeError, ValueError):
-        return 1
-    return min(max(number, 1), len(lc.CHAPTERS))
-
-
-def _prompt(lesson: Lesson, prompt_id) -> str:
-    return prompt_id if prompt_id in lesson.prompt_ids else lesson.prompt_ids[0]
-
-
-def render(number, prompt_id, step, presenter) -> tuple:
-    """Text, figure and token view of one chapter at one step."""
-    lesson = lesson_data()
-    number, prompt_id = _clamp_chapter(number), _prompt(lesson, prompt_id)
-    step = max(0, min(int(step or 0), lc.chapter_steps(lesson, number, prompt_id)))
-    return (lc.chapter_text(lesson, number, prompt_id, step),
-            lc.chapter_figure(lesson, number, prompt_id, step, bool(presenter)),
-            lc.chapter_tokens(lesson, number, prompt_id, step))
-
-
-def chapter_start(number, prompt_id) -> tuple[int, str, int, int]:
-    """(chapter, prompt id, first step shown, last step) for opening a chapter."""
-    lesson = lesson_data()
-    number, prompt_id = _clamp_chapter(number), _prompt(lesson, prompt_id)
-    return number, prompt_id, lc.start_step(lesson, number, prompt_id), lc.chapter_steps(lesson, number, prompt_id)
-
-
-def open_chapter(number, prompt_id, presenter) -> tuple:
-    """Chapter radio value, step slider (range + a good first step), text, figure, tokens."""
-    number, prompt_id, step, last = chapter_start(number, prompt_id)
-    slider = gr.Slider(minimum=0, maximum=max(1, last), value=step, label=_step_label(number, last))
-    return (number, slider, *render(number, prompt_id, step, presenter))
-
-
-def _step_label(number: int, last: int) -> str:
-    return f"Step of the recorded {RUN_LABELS[lc.chapter(number).run]} run (0 = prefill, {last} = last)"
-
-
-def shift_chapter(number, prompt_id, presenter, delta: int) -> tuple:
-    return open_chapter(_clamp_chapter(number) + delta, prompt_id, presenter)
-
-
-def move(number, prompt_id, step, presenter, delta: int) -> tuple:
-    """One step back or forward: the slider's new value, then text, figure, tokens."""
-    lesson = lesson_data()
-    number, prompt_id = _clamp_chapter(number), _prompt(lesson, prompt_id)
-    step = max(0, min(int(step or 0) + delta, lc.chapter_steps(lesson, number, prompt_id)))
-    return (step, *render(number, prompt_id, step, presenter))
-
-
-def tick(number, prompt_id, step, presenter) -> tuple:
-    """Play: advance one step; at the last step stop the timer."""
-    lesson = lesson_data()
-    last = lc.chapter_steps(lesson, _clamp_chapter(number), _prompt(lesson, prompt_id))
-    out = move(number, prompt_id, step, presenter, +1)
-    done = out[0] >= last
-    return (*out, gr.Timer(active=not done), gr.Button(value="▶ Play" if done else "⏸ Pause"), not done)
-
-
-def toggle_play(playing: bool, number, prompt_id, step) -> tuple:
-    """Play / Pause. Playing from the last step starts again at step 0."""
-    lesson = lesson_data()
-    last = lc.chapter_steps(lesson, _clamp_chapter(number), _prompt(lesson, prompt_id))
-    playing = not playing
-    restart = playing and int(step or 0) >= last
-    return (playing, gr.Timer(active=playing), gr.Button(value="⏸ Pause" if playing else "▶ Play"),
-            0 if restart else gr.skip())
-
-
-def set_speed(speed) -> gr.Timer:
-    speed = min(max(float(speed or 1.0), SPEEDS[0]), SPEEDS[1])
-    return gr.Timer(value=1.0 / speed)
-
-
-def try_it_values(number, prompt_id, keys: list[str], live_tab_id: str) -> tuple:
-    """Values for the app's controls (in `keys` order) and the tab switch to Live."""
-    lesson = lesson_data()
-    settings = lc.live_settings(lesson, _clamp_chapter(number), _prompt(lesson, prompt_id))
-    return (*(settings.get(k, gr.skip()) for k in keys), gr.Tabs(selected=live_tab_id))
-
-
-def deep_link(request: gr.Request | None) -> tuple[int | None, bool]:
-    """`?chapter=N` (1..9) and `?presenter=1` from the page URL; (None, False) when absent or bad."""
-    params = dict(request.query_params) if request is not None and request.query_params is not None else {}
-    number = None
-    raw = params.get("chapter")
-    if raw is not None:
-        try:
-            value = int(str(raw).strip())
-        except ValueError:
-            value = 0
-        number = value if 1 <= value <= len(lc.CHAPTERS) else None
-    presenter = str(params.get("presenter", "")).lower() in ("1", "true", "yes", "on")
-    return number, presenter
+    def chapter_outputs(self) -> list:
+        """What `open_chapter` returns, in order."""
+        return [self.chapter, self.step, self.text, self.plot, self.tokens, self.quiz, self.reveal, self.pending,
+                self.race]
 
 
 # -- layout ------------------------------------------------------------------------------------------
@@ -202,80 +84,108 @@ def build_lesson_tab(try_it_targets: dict[str, gr.components.Component] | None =
 
         with gr.Column(elem_id="lesson-root"):
             gr.HTML(f"<style>{CSS}</style>", elem_id="lesson-style", js_on_load=None)
-            with gr.Row(equal_height=False):
-                chapter = gr.Radio([(f"{c.number} · {c.title}", c.number) for c in lc.CHAPTERS], value=chapter0,
-                                   label="Chapter", elem_id="lesson-chapter", scale=5)
-                with gr.Column(scale=1, min_width=220):
-                    prompt = gr.Dropdown([(f"{p['id']} · {p['category'].replace('_', ' ')}", p["id"])
-                                          for p in lesson.prompts], value=first_prompt,
-                                         label="Recorded prompt", elem_id="lesson-prompt")
-                    presenter = gr.Checkbox(False, label="Presenter mode (larger text)", elem_id="lesson-presenter")
+            fit = gr.Number(0, elem_id="lesson-fit", visible="hidden", interactive=False)
+            with gr.Row(equal_height=True, elem_id="lesson-bar"):
+                prev_chapter = gr.Button("◀ Previous", elem_id="lesson-prev-chapter", scale=0, min_width=110)
+                chapter = gr.Dropdown([(f"Chapter {c.number} · {c.title}", c.number) for c in lc.CHAPTERS],
+                                      value=chapter0, label="Chapter", show_label=False, elem_id="lesson-chapter",
+                                      scale=4, container=False)
+                next_chapter = gr.Button("Next chapter ▶", variant="primary", elem_id="lesson-next-chapter", scale=0,
+                                         min_width=150)
+                prompt = gr.Dropdown([(f"Prompt {p['id']} · {p['category'].replace('_', ' ')}", p["id"])
+                                      for p in lesson.prompts], value=first_prompt, label="Recorded prompt",
+                                     show_label=False, elem_id="lesson-prompt", scale=2, container=False)
+                presenter = gr.Checkbox(False, label="Presenter mode", elem_id="lesson-presenter", scale=0,
+                                        min_width=170, container=False)
+                live_toggle = gr.Button("⚙ Live controls", elem_id="lesson-live-toggle", scale=0, min_width=150)
             with gr.Row(equal_height=False):
                 with gr.Column(scale=2, min_width=320):
                     text = gr.Markdown(text0, elem_id="lesson-text", elem_classes=["lesson-text"])
+                    quiz = gr.Radio([], value=None, label="", visible=False, elem_id="lesson-quiz")
+                    reveal = gr.Markdown("", elem_id="lesson-reveal")
                 with gr.Column(scale=3, min_width=420):
+                    race = race_component(elem_id="lesson-race", visible=False)
                     plot = gr.Plot(fig0, show_label=False, elem_id="lesson-plot")
+                    with gr.Row(equal_height=True, elem_id="lesson-controls"):
+                        back = gr.Button("◀ Step", elem_id="lesson-step-prev", scale=0, min_width=80)
+                        forward = gr.Button("Step ▶", elem_id="lesson-step-next", scale=0, min_width=80)
+                        play = gr.Button("▶ Play", elem_id="lesson-play", scale=0, min_width=90)
+                        step = gr.Slider(0, max(1, last0), value=step0, step=1, label=_step_label(chapter0, last0),
+                                         elem_id="lesson-step", scale=4)
                     tokens = gr.HTML(tokens0, elem_id="lesson-tokens", js_on_load=None)
-            with gr.Row(equal_height=True):
-                back = gr.Button("◀ Step", elem_id="lesson-step-prev", scale=1, min_width=90)
-                forward = gr.Button("Step ▶", elem_id="lesson-step-next", scale=1, min_width=90)
-                play = gr.Button("▶ Play", elem_id="lesson-play", scale=1, min_width=90)
-                speed = gr.Slider(*SPEEDS, value=1.0, step=0.5, label="Play speed (steps per second)",
-                                  elem_id="lesson-speed", scale=2)
-                step = gr.Slider(0, max(1, last0), value=step0, step=1, label=_step_label(chapter0, last0),
-                                 elem_id="lesson-step", scale=4)
             with gr.Row():
-                prev_chapter = gr.Button("← Previous chapter", elem_id="lesson-prev-chapter")
-                next_chapter = gr.Button("Next chapter →", variant="primary", elem_id="lesson-next-chapter")
+                speed = gr.Slider(*SPEEDS, value=1.0, step=0.5, label="Play speed (steps per second)",
+                                  elem_id="lesson-speed", scale=1)
                 try_it = None
                 if try_it_targets and tabs is not None:
                     try_it = gr.Button("Try it live ↗ (opens the Live tab with this prompt and settings)",
-                                       variant="secondary", elem_id="lesson-try")
+                                       variant="secondary", elem_id="lesson-try", scale=2)
         timer = gr.Timer(1.0, active=False)
         playing = gr.State(False)
+        pending = gr.State(False)
 
-    # -- wiring --------------------------------------------------------------------------------------
+    handles = LessonHandles(True, chapter, prompt, step, presenter, text, plot, tokens, timer, play, try_it, tabs,
+                            quiz, reveal, pending, fit, race)
+    _wire(handles, back, forward, prev_chapter, next_chapter, speed, playing, live_toggle, try_it_targets,
+          live_tab_id)
+    return handles
+
+
+# -- wiring --------------------------------------------------------------------------------------------
+def _wire(h: LessonHandles, back, forward, prev_chapter, next_chapter, speed, playing, live_toggle,
+          try_it_targets, live_tab_id) -> None:
     quiet = dict(show_progress="hidden", concurrency_limit=None, api_visibility="undocumented", queue=False)
-    chapter_out = [chapter, step, text, plot, tokens]
-    step_out = [step, text, plot, tokens]
-    chapter.input(open_chapter, [chapter, prompt, presenter], chapter_out, **quiet)
-    prompt.input(open_chapter, [chapter, prompt, presenter], chapter_out, **quiet)
-    prev_chapter.click(functools.partial(shift_chapter, delta=-1), [chapter, prompt, presenter], chapter_out, **quiet)
-    next_chapter.click(functools.partial(shift_chapter, delta=+1), [chapter, prompt, presenter], chapter_out, **quiet)
-    back.click(functools.partial(move, delta=-1), [chapter, prompt, step, presenter], step_out, **quiet)
-    forward.click(functools.partial(move, delta=+1), [chapter, prompt, step, presenter], step_out, **quiet)
-    step.input(render, [chapter, prompt, step, presenter], [text, plot, tokens], trigger_mode="always_last", **quiet)
-    play.click(toggle_play, [playing, chapter, prompt, step], [playing, timer, play, step], **quiet)
-    timer.tick(tick, [chapter, prompt, step, presenter], [*step_out, timer, play, playing], **quiet)
-    speed.input(set_speed, speed, timer, **quiet)
-    presenter.change(None, presenter, None, js=PRESENTER_JS, api_visibility="undocumented", queue=False)
-    presenter.input(render, [chapter, prompt, step, presenter], [text, plot, tokens], **quiet)
-    if try_it is not None:
+    view = [h.text, h.plot, h.tokens]
+    step_out = [h.step, *view, h.pending]
+    opened = h.chapter_outputs()
+    base = [h.chapter, h.prompt, h.presenter]
+    h.chapter.input(open_chapter, [*base, h.fit], opened, js=with_fit(4), **quiet)
+    h.prompt.input(open_chapter, [*base, h.fit], opened, js=with_fit(4), **quiet)
+    prev_chapter.click(lambda n, p, pr, f: shift_chapter(n, p, pr, -1, f), [*base, h.fit], opened,
+                       js=with_fit(4), **quiet)
+    next_chapter.click(lambda n, p, pr, f: shift_chapter(n, p, pr, +1, f), [*base, h.fit], opened,
+                       js=with_fit(4), **quiet)
+    stepped = [h.chapter, h.prompt, h.step, h.presenter, h.fit]
+    back.click(lambda n, p, s, pr, f: move(n, p, s, pr, -1, f), stepped, step_out, js=with_fit(5), **quiet)
+    forward.click(lambda n, p, s, pr, f: move(n, p, s, pr, +1, f), stepped, step_out, js=with_fit(5), **quiet)
+    h.step.input(lambda n, p, s, pr, f: (*render(n, p, s, pr, f), False), stepped, [*view, h.pending],
+                 trigger_mode="always_last", js=with_fit(5), **quiet)
+    h.quiz.input(answer, [h.chapter, h.prompt, h.quiz, h.presenter, h.fit],
+                 [*step_out[:4], h.quiz, h.reveal, h.pending],
+                 js=with_fit(5), **quiet)
+    h.play.click(toggle_play, [playing, h.chapter, h.prompt, h.step], [playing, h.timer, h.play, h.step], **quiet)
+    h.timer.tick(tick, stepped, [*step_out, h.timer, h.play, playing], **quiet)
+    speed.input(set_speed, speed, h.timer, **quiet)
+    h.presenter.change(None, h.presenter, None, js=PRESENTER_JS, api_visibility="undocumented", queue=False)
+    h.presenter.input(lambda n, p, s, pr, f, pend: (*render(n, p, s, pr, f, pend), f),
+                      [*stepped, h.pending], [*view, h.fit], js=PRESENTER_FIT_JS, **quiet)
+    live_toggle.click(None, None, None, js=LIVE_TOGGLE_JS, api_visibility="undocumented", queue=False)
+    if h.try_it is not None:
         keys = list(try_it_targets)
-        try_it.click(functools.partial(try_it_values, keys=keys, live_tab_id=live_tab_id), [chapter, prompt],
-                     [*(try_it_targets[k] for k in keys), tabs], **quiet)
-    return LessonHandles(True, chapter, prompt, step, presenter, text, plot, tokens, timer, play, try_it, tabs)
+        h.try_it.click(lambda n, p: try_it_values(n, p, keys, live_tab_id), [h.chapter, h.prompt],
+                       [*(try_it_targets[k] for k in keys), h.tabs], **quiet)
 
 
 def register_deep_link(demo: gr.Blocks, handles: LessonHandles) -> None:
-    """`?chapter=N` opens chapter N (and, with `tabs`, the Lesson tab); `?presenter=1` starts in presenter mode."""
+    """`?chapter=N` opens chapter N (and, with `tabs`, the Lesson tab); `?presenter=1` starts in presenter
+    mode; either puts the lesson first (the Live header collapses, the chapter fits the screen)."""
     if not handles.available:
         return
-    outputs = [handles.chapter, handles.step, handles.text, handles.plot, handles.tokens, handles.presenter]
+    outputs = [*handles.chapter_outputs(), handles.presenter, handles.fit]
     if handles.tabs is not None:
         outputs.append(handles.tabs)
 
-    def on_load(prompt_id, request: gr.Request):
+    def on_load(prompt_id, fit, request: gr.Request):
         number, presenter = deep_link(request)
         if number is None and not presenter:
             return tuple(gr.skip() for _ in outputs)
-        out = (*open_chapter(number or 1, prompt_id, presenter), presenter)
+        out = (*open_chapter(number or 1, prompt_id, presenter, fit), presenter, fit)
         if handles.tabs is not None:
-            out += (gr.Tabs(selected="lesson") if number is not None else gr.skip(),)
+            out += (gr.Tabs(selected="lesson"),)
         return out
 
-    demo.load(on_load, [handles.prompt], outputs, api_visibility="undocumented", queue=False,
-              show_progress="hidden")
+    demo.load(on_load, [handles.prompt, handles.fit], outputs, js=DEEP_LINK_JS, api_visibility="undocumented",
+              queue=False, show_progress="hidden")
     # setting the checkbox fires its .change, whose JS puts the `presenter` class on the lesson
 
 

@@ -27,6 +27,7 @@ from .. import metrics
 from ..config import GenerationConfig
 from ..events import TRACE_VERSION
 from ..paths import ASSETS
+from . import sampling
 
 LESSON_DIR = ASSETS / "lesson"
 RUNS_FILE = "lesson_runs.json.gz"
@@ -130,9 +131,10 @@ def target_top3(engine, ids: list[int]) -> list[list[int]]:
     return torch.topk(logits, 3, dim=-1).indices.tolist()
 
 
-def record_run(engine, messages: list[dict], run_key: str, max_new_tokens: int) -> dict:
-    """One decoding run as a `nanospec-trace` document (the layout `events.save_trace` writes)."""
-    cfg = GenerationConfig.build(max_new_tokens=max_new_tokens, **RUNS[run_key])
+def record_run(engine, messages: list[dict], run_key: str, max_new_tokens: int, options: dict | None = None) -> dict:
+    """One decoding run as a `nanospec-trace` document (the layout `events.save_trace` writes);
+    `options` (GenerationConfig.build arguments) default to `RUNS[run_key]`."""
+    cfg = GenerationConfig.build(max_new_tokens=max_new_tokens, **(options or RUNS[run_key]))
     run = engine.stream(messages, cfg)
     for _ in run:
         pass
@@ -166,6 +168,28 @@ def record_prompt(engine, item: dict, max_new_tokens: int, runs: list[str]) -> l
                            identical_to_first=metrics.identical_to_ar(doc["summary"]["output_ids"], reference),
                            top3=top3)  # row i: the target's top-3 guesses for position i + 1
     return docs
+
+
+def record_sampling(engine, item: dict, max_new_tokens: int, runs: int) -> dict:
+    """The sampling chapter's material for one prompt: a recorded run at temperature > 0 with the
+    acceptance log of every step, and the first-token check over `runs` seeded runs (0 = skip)."""
+    from ..data.prompts import prompt_messages
+
+    messages = prompt_messages(item)
+    options = sampling.SAMPLING
+    doc = record_run(engine, messages, "sampled", max_new_tokens, options)
+    log = sampling.trials(engine, doc, options["temperature"], options["top_p"])
+    top = {t for entry in log for t, _ in entry.get("target_top", [])}
+    doc["meta"]["token_text"].update({str(t): engine.tokenizer.decode([t], skip_special_tokens=False) for t in top})
+    doc["meta"].update(prompt_id=item["id"], category=item["category"], trials=log,
+                       identical_to_first=metrics.identical_to_ar(doc["summary"]["output_ids"], [], greedy=False))
+    t0 = time.perf_counter()
+    dist = sampling.first_token_distribution(engine, messages, runs) if runs else None
+    if dist:
+        print(f"  {item['id']:>8} sampling check: {dist['kept']}/{runs} runs share the first token, total variation "
+              f"{dist['total_variation']:.3f} (exact sampling: {dist['total_variation_exact']:.3f}) "
+              f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    return {"run": doc, "distribution": dist}
 
 
 def warm_up(engine, runs: list[str]) -> None:
@@ -228,9 +252,11 @@ def _now() -> str:
 
 
 def write_runs(path: Path, docs: list[dict], prompts: list[dict], pair: dict, command: str,
-               settings: dict, machine: dict) -> Path:
+               settings: dict, machine: dict, sampled: dict | None = None) -> Path:
+    """The bundle; `sampled` maps a prompt id to `record_sampling`'s result (the sampling chapter)."""
     bundle = {"format": BUNDLE_FORMAT, "version": 1, "command": command, "recorded_at": _now(),
-              "machine": machine, "pair": pair, "settings": settings, "prompts": prompts, "runs": docs}
+              "machine": machine, "pair": pair, "settings": settings, "prompts": prompts, "runs": docs,
+              "sampling": sampled or {}}
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as fh:
         json.dump(bundle, fh, separators=(",", ":"))
@@ -247,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompts", default=",".join(DEFAULT_PROMPTS), help="comma-separated prompt ids")
     ap.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated run keys from {', '.join(RUNS)}")
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--sampling-runs", type=int, default=300,
+                    help="seeded two-token runs per prompt for the sampling chapter's distribution check (0 = skip)")
     ap.add_argument("--repeats", type=int, default=30, help="repeats per LM-head sweep point (median)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (default 1: steady timings on a shared machine; 0 = torch's default)")
@@ -270,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = ["ar"] + [r for r in runs if r != "ar"]  # ar is the reference every run is checked against
     if not 1 <= a.max_new_tokens <= 512:
         raise ValueError("--max-new-tokens must be in [1, 512]")
+    if not 0 <= a.sampling_runs <= 10_000:
+        raise ValueError("--sampling-runs must be in [0, 10000]")
     wanted = [p.strip() for p in a.prompts.split(",") if p.strip()]
     by_id = {p["id"]: p for p in load_prompts()}
     missing = [p for p in wanted if p not in by_id]
@@ -283,14 +313,17 @@ def main(argv: list[str] | None = None) -> int:
     if not a.skip_runs:
         engine, pair = load_engine(a.head, a.device)
         warm_up(engine, runs)
-        docs = []
+        docs, sampled = [], {}
         for pid in wanted:
             docs += record_prompt(engine, by_id[pid], a.max_new_tokens, runs)
+            sampled[pid] = record_sampling(engine, by_id[pid], a.max_new_tokens, a.sampling_runs)
         prompts = [{"id": pid, "category": by_id[pid]["category"], "text": prompt_text(by_id[pid])}
                    for pid in wanted]
         settings = {"max_new_tokens": a.max_new_tokens, "runs": {k: RUNS[k] for k in runs},
-                    "temperature": 0.0, "defaults": GenerationConfig().to_dict()}
-        path = write_runs(out / RUNS_FILE, docs, prompts, pair, command, settings, machine_label(engine.device))
+                    "temperature": 0.0, "sampling": sampling.SAMPLING, "sampling_runs": a.sampling_runs,
+                    "defaults": GenerationConfig().to_dict()}
+        path = write_runs(out / RUNS_FILE, docs, prompts, pair, command, settings, machine_label(engine.device),
+                          sampled)
         print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)", file=sys.stderr)
         del engine
     if not a.skip_sweep:

@@ -1,0 +1,168 @@
+"""The Lesson tab's callbacks: open a chapter, step through it, answer its question, play.
+
+Every callback takes the tab's plain values (chapter number, prompt id, step, presenter flag, `fit`
+= the page height the lesson may fill in lesson-first mode, 0 otherwise, and `pending` = the
+chapter's question is still open) and returns values or `gr.update`s; none loads a model.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gradio as gr
+
+from . import chapters as lc
+from . import figures
+from .data import RUN_LABELS, Lesson, load_lesson
+
+SPEEDS = (0.5, 4.0)  # Play speed bounds, steps per second
+CHROME_PX = 235      # tab bar, lesson bar, step controls and gaps above and below the chart (lesson-first)
+RACE_PX = 225        # the race lanes above the chart (race chapter)
+MIN_CHART_PX = 240
+
+
+@functools.lru_cache(maxsize=1)
+def lesson_data() -> Lesson:
+    """The recorded traces, read once per process (read-only, shared by every session)."""
+    return load_lesson()
+
+
+def _clamp_chapter(number) -> int:
+    try:
+        number = int(number)
+    except (TypeError, ValueError):
+        return 1
+    return min(max(number, 1), len(lc.CHAPTERS))
+
+
+def _prompt(lesson: Lesson, prompt_id) -> str:
+    return prompt_id if prompt_id in lesson.prompt_ids else lesson.prompt_ids[0]
+
+
+def chart_height(fit, number: int = 1) -> int | None:
+    """The chart's height in px when the lesson fills a page `fit` px high; None = the chart's own."""
+    try:
+        fit = int(fit or 0)
+    except (TypeError, ValueError):
+        return None
+    above = RACE_PX if lc.chapter(_clamp_chapter(number)).race else 0
+    return max(MIN_CHART_PX, fit - CHROME_PX - above) if fit > 0 else None
+
+
+def question(number: int, prompt_id: str):
+    lesson = lesson_data()
+    c = lc.chapter(number)
+    return c.question(lesson, lc.chapter_run(lesson, number, prompt_id)) if c.question else None
+
+
+def render(number, prompt_id, step, presenter, fit=0, pending=False) -> tuple:
+    """Text, figure and token view of one chapter at one step (a "predict first" card while pending)."""
+    lesson = lesson_data()
+    number, prompt_id = _clamp_chapter(number), _prompt(lesson, prompt_id)
+    height = chart_height(fit, number)
+    if pending and lc.chapter(number).question:
+        return (lc.predict_text(lesson, number, prompt_id), figures.predict_figure(bool(presenter), height), "")
+    step = max(0, min(int(step or 0), lc.chapter_steps(lesson, number, prompt_id)))
+    return (lc.chapter_text(lesson, number, prompt_id, step),
+            lc.chapter_figure(lesson, number, prompt_id, step, bool(presenter), height),
+            lc.chapter_tokens(lesson, number, prompt_id, step))
+
+
+def chapter_start(number, prompt_id) -> tuple[int, str, int, int]:
+    """(chapter, prompt id, first step shown, last step) for opening a chapter."""
+    lesson = lesson_data()
+    number, prompt_id = _clamp_chapter(number), _prompt(lesson, prompt_id)
+    q = question(number, prompt_id)
+    step = q.step if q else lc.start_step(lesson, number, prompt_id)
+    return number, prompt_id, step, lc.chapter_steps(lesson, number, prompt_id)
+
+
+def open_chapter(number, prompt_id, presenter, fit=0) -> tuple:
+    """Chapter value, step slider, text, figure, tokens, question, reveal, pending, race lanes."""
+    number, prompt_id, step, last = chapter_start(number, prompt_id)
+    q = question(number, prompt_id)
+    slider = gr.Slider(minimum=0, maximum=max(1, last), value=step, label=_step_label(number, last))
+    quiz = (gr.Radio(choices=q.options, value=None, label=q.text, visible=True) if q
+            else gr.Radio(choices=[], value=None, visible=False))
+    return (number, slider, *render(number, prompt_id, step, presenter, fit, q is not None), quiz, "",
+            q is not None, race_update(number, prompt_id))
+
+
+def race_update(number: int, prompt_id: str):
+    """The race lanes: shown (with this prompt's recorded runs) only in the race chapter."""
+    if lc.chapter(number).race is None:
+        return gr.HTML(visible=False)
+    return gr.HTML(value=lc.chapter(number).race(lesson_data(), prompt_id), visible=True)
+
+
+def _step_label(number: int, last: int) -> str:
+    return f"Step of the {RUN_LABELS.get(lc.chapter(number).run, lc.chapter(number).run)} run (0 = prefill … {last})"
+
+
+def shift_chapter(number, prompt_id, presenter, delta: int, fit=0) -> tuple:
+    return open_chapter(_clamp_chapter(number) + delta, prompt_id, presenter, fit)
+
+
+def answer(number, prompt_id, choice, presenter, fit=0) -> tuple:
+    """A click on an option: the step the question is about, the full chapter view, the question folded
+    away and the verdict in its place."""
+    number = _clamp_chapter(number)
+    q = question(number, _prompt(lesson_data(), prompt_id))
+    if q is None:
+        return (gr.skip(),) * 6 + (False,)
+    return (q.step, *render(number, prompt_id, q.step, presenter, fit), gr.Radio(visible=False),
+            q.verdict(choice), False)
+
+
+def move(number, prompt_id, step, presenter, delta: int, fit=0) -> tuple:
+    """One step back or forward: the slider's new value, then text, figure, tokens, pending (now False)."""
+    lesson = lesson_data()
+    number, prompt_id = _clamp_chapter(number), _prompt(lesson, prompt_id)
+    step = max(0, min(int(step or 0) + delta, lc.chapter_steps(lesson, number, prompt_id)))
+    return (step, *render(number, prompt_id, step, presenter, fit), False)
+
+
+def tick(number, prompt_id, step, presenter, fit=0) -> tuple:
+    """Play: advance one step; at the last step stop the timer."""
+    lesson = lesson_data()
+    last = lc.chapter_steps(lesson, _clamp_chapter(number), _prompt(lesson, prompt_id))
+    out = move(number, prompt_id, step, presenter, +1, fit)
+    done = out[0] >= last
+    return (*out, gr.Timer(active=not done), gr.Button(value="▶ Play" if done else "⏸ Pause"), not done)
+
+
+def toggle_play(playing: bool, number, prompt_id, step) -> tuple:
+    """Play / Pause. Playing from the last step starts again at step 0."""
+    lesson = lesson_data()
+    last = lc.chapter_steps(lesson, _clamp_chapter(number), _prompt(lesson, prompt_id))
+    playing = not playing
+    restart = playing and int(step or 0) >= last
+    return (playing, gr.Timer(active=playing), gr.Button(value="⏸ Pause" if playing else "▶ Play"),
+            0 if restart else gr.skip())
+
+
+def set_speed(speed) -> gr.Timer:
+    speed = min(max(float(speed or 1.0), SPEEDS[0]), SPEEDS[1])
+    return gr.Timer(value=1.0 / speed)
+
+
+def try_it_values(number, prompt_id, keys: list[str], live_tab_id: str) -> tuple:
+    """Values for the app's controls (in `keys` order) and the tab switch to Live."""
+    lesson = lesson_data()
+    settings = lc.live_settings(lesson, _clamp_chapter(number), _prompt(lesson, prompt_id))
+    return (*(settings.get(k, gr.skip()) for k in keys), gr.Tabs(selected=live_tab_id))
+
+
+def deep_link(request: gr.Request | None) -> tuple[int | None, bool]:
+    """`?chapter=N` (1..len(CHAPTERS)) and `?presenter=1` from the page URL; (None, False) when absent or bad."""
+    params = dict(request.query_params) if request is not None and request.query_params is not None else {}
+    number = None
+    raw = params.get("chapter")
+    if raw is not None:
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            value = 0
+        number = value if 1 <= value <= len(lc.CHAPTERS) else None
+    presenter = str(params.get("presenter", "")).lower() in ("1", "true", "yes", "on")
+    return number, presenter
