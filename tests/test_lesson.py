@@ -334,3 +334,18 @@ def test_sampling_trials_follow_the_acceptance_rule():
     assert tried[0]["accept_prob"] == pytest.approx(0.4) and tried[1]["accept_prob"] == pytest.approx(0.2 / 0.6)
     # node 2 has no children: the bonus is drawn from the whole of p at the next position
     assert levels[1]["tried"] == [] and levels[1]["bonus"]["residual_p"] == pytest.approx(0.5)
+
+
+def test_shipped_sampling_material(shipped):
+    for pid in shipped.prompt_ids:
+        run, check = shipped.run(pid, "sampled"), shipped.checks[pid]
+        assert run.meta["config"]["sampling"]["temperature"] > 0 and run.meta["identical_to_first"] is None
+        for entry, e in zip(run.meta["trials"], run.events):
+            if e.step == 0:
+                continue
+            root = entry["levels"][0]
+            first = next((t["token"] for t in root["tried"] if t["accepted"]), root.get("bonus", {}).get("token"))
+            assert first == e.tokens[0]   # the acceptance log ends where the recorded step went
+            assert all(0 <= t["accept_prob"] <= 1 + 1e-6 for t in root["tried"])
+        assert check["kept"] <= check["runs"] and sum(t["count"] for t in check["tokens"]) == check["kept"]
+        assert 0 <= check["total_variation"] <= 1 and 0 <= check["total_variation_exact"] <= 1
