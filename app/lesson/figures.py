@@ -330,7 +330,7 @@ def sampling_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool =
 def _check_title(check: dict | None) -> str:
     if not check:
         return "First speculative token over many runs"
-    return (f"{check['kept']} seeded runs: first speculative token vs target")
+    return f"{check['kept']} seeded runs vs the target"
 
 
 def _check_bars(fig: go.Figure, check: dict, run: LessonRun) -> None:
@@ -374,6 +374,7 @@ def race_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = Fal
                                  hovertemplate="%{x:.2f} s: %{y} tokens<extra>" + key + "</extra>"))
     now = sum(e.wall_ms for e in run.events[: step + 1]) / 1000
     fig.update_layout(**base_layout("Tokens written over recorded time (steps are the jumps)", presenter, 420))
+    fig.update_layout(margin=dict(l=64, r=110, t=44, b=56), legend=dict(orientation="v", x=1.02, y=1, yanchor="top"))
     fig.update_xaxes(title_text="seconds since the request (recorded)")
     fig.update_yaxes(title_text="tokens written", rangemode="tozero")
     return mark_step(fig, now, f"{run.key} step {step}")
