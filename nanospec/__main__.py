@@ -1,4 +1,4 @@
-"""Command line: `python -m nanospec {generate,compare,sweep,random-pair,train-head,freq-table,record-lesson}`."""
+"""Command line: `python -m nanospec {generate,compare,sweep,random-pair,train-head,freq-table,record-lesson,gpu-bench}`."""
 
 from __future__ import annotations
 
@@ -228,12 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, text in (("train-head", "train the draft head for the default target"),
                        ("freq-table", "build the token-frequency table"),
-                       ("record-lesson", "record the lesson's traces")):
+                       ("record-lesson", "record the lesson's traces"),
+                       ("gpu-bench", "per-step costs of every method at Llama-3 shapes on a GPU")):
         sub.add_parser(name, help=f"{text} (options: python -m nanospec {name} --help)")
     return ap
 
 
-FORWARDED = {"train-head": "training.train_head", "freq-table": "data.freq_table", "record-lesson": "lesson.record"}
+FORWARDED = {"train-head": "training.train_head", "freq-table": "data.freq_table", "record-lesson": "lesson.record",
+             "gpu-bench": "bench.gpu_bench"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,8 +24,9 @@ from .head import EagleHead, check_head_matches, check_head_placement
 from .kv import compact_cache, new_cache
 from .timing import PhaseTimer, sync
 from .tree import DraftTree, tree_attention_mask, tree_position_ids
-from .verify import (Acceptance, HostTree, check_attention_supported, greedy_accept, greedy_token,
-                     sample_accept, target_forward, warp_probs)
+from . import transfer
+from .accept import greedy_path, sample_path, sample_token
+from .verify import Acceptance, HostTree, check_attention_supported, greedy_token, target_forward, warp_probs
 from .vocab import VocabPolicy, build_vocab
 
 PREFILL_CHUNK = 512  # positions per LM-head chunk when collecting Ctx top-k at prefill
@@ -36,6 +37,7 @@ class _State:
     cache: object
     length: int          # entries in the target's KV cache
     root: int            # last emitted token, not yet in the cache
+    root_dev: torch.Tensor  # [1] long, the same token on the device (drafting never waits for the host)
     emitted: int
     generator: torch.Generator | None
 
@@ -92,13 +94,14 @@ class SpecEngine:
     `before_step(step, method)`, when set (constructor or attribute), is called on the decoding
     thread before every decoding step after prefill (step 1, 2, ...; `method` is the run's),
     speculative and autoregressive alike: the place to count steps, slow them down or raise to
-    abort a run, without touching the engine's internals.
+    abort a run, without touching the engine's internals. `timing=False` turns the per-phase
+    timer off (StepEvent.phases are then zeros; on CUDA that saves its one event read per step).
     """
 
     def __init__(self, model, tokenizer=None, head: EagleHead | None = None, *,
                  frequent_ids: torch.Tensor | None = None, drafter_factory: Callable[[], Drafter] | None = None,
                  eos_token_ids: list[int] | None = None, pack_linears: bool = True,
-                 before_step: StepHook | None = None):
+                 before_step: StepHook | None = None, timing: bool = True):
         check_attention_supported(model.config)
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -119,6 +122,7 @@ class SpecEngine:
         self.max_context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self.drafter_factory = drafter_factory  # None: an EagleDrafter over `head`
         self.before_step = before_step
+        self.timing = timing  # per-phase times in each StepEvent (on CUDA: one event read per step)
         self._vocabs: dict[tuple, object] = {}
         if eos_token_ids is None:
             eos_token_ids = _eos_ids(model, tokenizer)
@@ -157,7 +161,7 @@ class SpecEngine:
                 raise ValueError(f"prompt token ids must be in [0, {self.vocab_size})")
             return ids
         if isinstance(prompt, torch.Tensor):
-            return self.encode_prompt(prompt.reshape(-1).tolist())
+            return self.encode_prompt(transfer.to_host(prompt.reshape(-1))[0])
         return self.encode(prompt)
 
     def stream(self, prompt: str | list[dict] | list[int], config: GenerationConfig | None = None,
@@ -198,7 +202,7 @@ class SpecEngine:
         spec = cfg.method != "ar"
         vocab = self._vocab(cfg) if spec else None
         drafter = self._new_drafter() if spec else None
-        timer = PhaseTimer(self.device)
+        timer = PhaseTimer(self.device, enabled=self.timing)
         state, event = self._prefill(prompt_ids, cfg, vocab, drafter, timer)
         yield event
         step = 1
@@ -233,12 +237,12 @@ class SpecEngine:
         cache = new_cache()
         gen = None
         if not cfg.sampling.greedy:
-            gen = torch.Generator()
+            gen = torch.Generator(device=self.device)
             gen.manual_seed(cfg.sampling.seed if cfg.sampling.seed is not None else torch.seed())
         with timer.phase("verify_forward"):
             hidden = self._target_hidden(ids, cache)                       # [n, H]
-            last_logits = self._lm_head(hidden[-1:])[0]                    # [V]
-        first = self._pick(last_logits, cfg, gen)
+            first_dev = self._choose(self._lm_head(hidden[-1:]), cfg, gen)  # [1]
+        (first,), = transfer.to_host(first_dev)
         added = 0
         if vocab is not None:
             with timer.phase("vocab_update"):
@@ -246,7 +250,7 @@ class SpecEngine:
                 added = vocab.begin_request(ids[0], top)
             with timer.phase("draft_layers"):
                 drafter.begin(ids[0], hidden, first)
-        state = _State(cache, n, first, 0, gen)
+        state = _State(cache, n, first, first_dev, 0, gen)
         tokens = self._take([first], state, cfg)
         phases = timer.resolve()
         sync(self.device)
@@ -263,7 +267,7 @@ class SpecEngine:
                    drafter: Drafter, timer: PhaseTimer) -> StepEvent:
         t0 = time.perf_counter()
         active_size = vocab.size
-        tree = drafter.draft(torch.tensor([state.root], device=self.device), vocab, cfg.tree, timer)
+        tree = drafter.draft(state.root_dev, vocab, cfg.tree, timer)
         L = state.length
         with timer.phase("verify_forward"):
             mask = tree_attention_mask(tree.parents, L)                     # [1, 1, T, L + T]
@@ -277,16 +281,14 @@ class SpecEngine:
             proposal = vocab.propose(torch.cat([tree.tokens, top.reshape(-1), argmax]))
         with timer.phase("accept"):
             acc = self._accept(tree, out.logits, argmax, proposal, vocab, cfg, state.generator)
-        path, bonus, host = acc.path, acc.bonus, acc.tree
+        path, bonus, host, keep = acc.path, acc.bonus, acc.tree, acc.keep
         with timer.phase("kv_compact"):
-            keep = torch.tensor(path, device=self.device)
             compact_cache(state.cache, L, keep)
         with timer.phase("vocab_update"):
             added = vocab.commit(proposal, acc.n_new)
-        next_tokens = torch.cat([tree.tokens[keep[1:]], torch.tensor([bonus], device=self.device)])
-        drafter.update(out.hidden[keep], next_tokens, timer)
+        drafter.update(out.hidden[keep], torch.cat([tree.tokens[keep[1:]], acc.bonus_dev]), timer)
         state.length = L + len(path)
-        state.root = bonus
+        state.root, state.root_dev = bonus, acc.bonus_dev
         accepted = [host.tokens[i] for i in path[1:]]
         tokens = self._take(accepted + [bonus], state, cfg)
         kids_of_last = [i for i, p in enumerate(host.parents) if p == path[-1]]
@@ -302,37 +304,34 @@ class SpecEngine:
 
     def _accept(self, tree: DraftTree, logits: torch.Tensor, argmax: torch.Tensor, proposal,
                 vocab: VocabPolicy, cfg: GenerationConfig, gen) -> Acceptance:
-        """One device->host transfer: tree, target argmax, its membership and the Ext count."""
-        t = len(tree)
-        n_new_dev = proposal.n_new.reshape(1) if proposal is not None else torch.zeros(1, dtype=torch.long,
-                                                                                       device=self.device)
-        packed = torch.cat([tree.tokens, tree.parents, tree.depths, argmax,
-                            vocab.contains(argmax).long(), tree.in_active.long(), n_new_dev]).tolist()
-        host = HostTree(tokens=packed[:t], parents=packed[t:2 * t], depths=packed[2 * t:3 * t],
-                        scores=[round(float(s), 4) for s in tree.scores.tolist()],
-                        in_active=[bool(x) for x in packed[5 * t:6 * t]])
-        argmax_h, member_h, n_new = packed[3 * t:4 * t], packed[4 * t:5 * t], int(packed[-1])
+        """Acceptance on the device, then the step's one device->host transfer: the path, the bonus
+        token and its membership, the Ext count and the tree (for the event)."""
         if cfg.sampling.greedy:
-            path, bonus = greedy_accept(host.tokens, host.parents, argmax_h)
-            bonus_in = bool(member_h[path[-1]])
+            dp = greedy_path(tree.tokens, tree.parents, argmax)
         else:
-            probs = warp_probs(logits, cfg.sampling.temperature, cfg.sampling.top_p).cpu()
-            path, bonus = sample_accept(host.tokens, host.parents, probs, gen)
-            bonus_in = bool(vocab.contains(torch.tensor([bonus], device=self.device))[0])
-        return Acceptance(path=path, bonus=bonus, bonus_in_active=bonus_in, n_new=n_new, tree=host)
+            dp = sample_path(tree.tokens, tree.parents,
+                             warp_probs(logits, cfg.sampling.temperature, cfg.sampling.top_p), gen)
+        n_new = proposal.n_new.reshape(1) if proposal is not None else torch.zeros_like(dp.length)
+        nodes, (n,), (bonus,), (bonus_in,), (n_new,), tokens, parents, depths, scores, in_active = transfer.to_host(
+            dp.nodes, dp.length, dp.bonus, vocab.contains(dp.bonus), n_new,
+            tree.tokens, tree.parents, tree.depths, tree.scores, tree.in_active)
+        host = HostTree(tokens=tokens, parents=parents, depths=depths, scores=[round(s, 4) for s in scores],
+                        in_active=in_active)
+        return Acceptance(path=nodes[:n], bonus=bonus, bonus_in_active=bonus_in, n_new=n_new, tree=host,
+                          keep=dp.nodes[:n], bonus_dev=dp.bonus)
 
     @torch.inference_mode()
     def _ar_step(self, step: int, state: _State, cfg: GenerationConfig, timer: PhaseTimer) -> StepEvent:
         t0 = time.perf_counter()
         with timer.phase("verify_forward"):
-            ids = torch.tensor([[state.root]], device=self.device)
-            pos = torch.tensor([[state.length]], device=self.device)
-            out = target_forward(self.model, ids, pos, state.cache)
+            pos = torch.full((1, 1), state.length, device=self.device)
+            out = target_forward(self.model, state.root_dev[None], pos, state.cache)
         with timer.phase("accept"):
-            token = self._pick(out.logits[0], cfg, state.generator)
+            token_dev = self._choose(out.logits, cfg, state.generator)      # [1]
+            (token,), = transfer.to_host(token_dev)
         root = state.root
         state.length += 1
-        state.root = token
+        state.root, state.root_dev = token, token_dev
         tokens = self._take([token], state, cfg)
         phases = timer.resolve()
         return StepEvent(
@@ -354,11 +353,12 @@ class SpecEngine:
                 break
         return out
 
-    def _pick(self, logits: torch.Tensor, cfg: GenerationConfig, gen) -> int:
+    def _choose(self, logits: torch.Tensor, cfg: GenerationConfig, gen) -> torch.Tensor:
+        """[q, V] logits -> [q] tokens on the device: argmax, or a draw from the warped distribution."""
         if cfg.sampling.greedy:
-            return int(greedy_token(logits))
-        probs = warp_probs(logits[None], cfg.sampling.temperature, cfg.sampling.top_p)[0].cpu()
-        return int(torch.multinomial(probs, 1, generator=gen))
+            return greedy_token(logits)
+        probs = warp_probs(logits, cfg.sampling.temperature, cfg.sampling.top_p)
+        return sample_token(probs, torch.rand(probs.shape[0], generator=gen, device=probs.device))
 
     def _target_hidden(self, ids: torch.Tensor, cache) -> torch.Tensor:
         pos = torch.arange(ids.shape[1], device=self.device)[None]

@@ -6,11 +6,13 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from . import metrics
 from .timing import DRAFT_PHASES, PHASES
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: decoding itself never needs it
+    import pandas as pd
 
 TRACE_VERSION = 1
 MISS_KINDS = ("none", "vocab", "draft")
@@ -142,6 +144,8 @@ LIST_COLUMNS = ("tree_tokens", "tree_parents", "tree_depths", "tree_logprobs", "
 
 def events_to_frame(events: list[StepEvent]) -> pd.DataFrame:
     """One row per step; phases flattened to `phase_<name>` columns (ms); list columns kept as lists."""
+    import pandas as pd
+
     rows = []
     for e in events:
         row = {k: v for k, v in e.to_dict().items() if k != "phases"}
@@ -185,6 +189,8 @@ def save_trace(path: str | Path, events: list[StepEvent], summary: RunSummary | 
 
 def load_trace(path: str | Path) -> tuple[list[StepEvent], RunSummary | None, dict]:
     """Read a trace saved by `save_trace`; ValueError if the file is not one."""
+    import pandas as pd
+
     path = Path(path)
     try:
         if path.suffix == ".csv":

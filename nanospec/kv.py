@@ -10,18 +10,23 @@ def new_cache() -> DynamicCache:
     return DynamicCache()
 
 
+@torch.inference_mode()
 def compact_cache(cache: DynamicCache, prefix_len: int, keep: torch.Tensor) -> None:
     """Keep entries [0, prefix_len) plus `prefix_len + keep` (tree nodes on the accepted path).
 
     After a tree verification the cache holds prefix_len + T entries; the accepted path's
-    nodes move to positions prefix_len .. prefix_len + len(keep) - 1 and the rest are dropped.
+    nodes are copied in place to positions prefix_len .. prefix_len + len(keep) - 1 and the
+    cache is cropped there: the prefix is never copied.
     """
+    end = prefix_len + int(keep.shape[0])
     for layer in _layers(cache):
         # keys/values: [B, H_kv, S, D]
-        assert layer.keys.shape[-2] >= prefix_len + int(keep.shape[0]), "cache shorter than the tree"
+        assert layer.keys.shape[-2] >= end, "cache shorter than the tree"
         src = keep.to(layer.keys.device) + prefix_len
-        layer.keys = torch.cat([layer.keys[..., :prefix_len, :], layer.keys.index_select(-2, src)], dim=-2)
-        layer.values = torch.cat([layer.values[..., :prefix_len, :], layer.values.index_select(-2, src)], dim=-2)
+        for name in ("keys", "values"):
+            kv = getattr(layer, name)
+            kv[..., prefix_len:end, :] = kv.index_select(-2, src)  # index_select copies first: overlap is safe
+            setattr(layer, name, kv[..., :end, :])
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:

@@ -106,11 +106,10 @@ def select_tree(
     remap = torch.full((n + 1,), -1, dtype=torch.long, device=cand_tokens.device)
     remap[kept] = torch.arange(1, n_keep + 1, device=cand_tokens.device)
     par = cand_parents[kept]
+    # (never -1: the sort above keeps every kept node's parent; checking would cost a host sync)
     node_par = torch.where(par >= 0, remap[par.clamp(min=0)], torch.zeros_like(par))
-    if bool((node_par < 0).any()):
-        raise RuntimeError("tree selection dropped a parent of a kept node")
     dev = cand_tokens.device
-    parents = torch.cat([torch.tensor([-1], device=dev), node_par])
+    parents = torch.cat([torch.full((1,), -1, dtype=node_par.dtype, device=dev), node_par])
     root = torch.as_tensor(root_token, dtype=cand_tokens.dtype, device=dev).reshape(1)
     tokens = torch.cat([root, cand_tokens[kept]])
     scores = torch.cat([torch.zeros(1, device=dev, dtype=cand_scores.dtype), cand_scores[kept]])

@@ -10,6 +10,7 @@ import torch
 from .tree import children_lists
 
 
+
 @dataclass
 class HostTree:
     """A drafted tree as Python lists (what a `StepEvent` records)."""
@@ -30,6 +31,8 @@ class Acceptance:
     bonus_in_active: bool   # the bonus token was in the active set when the tree was drafted
     n_new: int              # Ext: how many proposed ids the vocabulary commits
     tree: HostTree
+    keep: torch.Tensor      # [len(path)] long, the path's nodes on the device (KV compaction, drafter update)
+    bonus_dev: torch.Tensor  # [1] long, the bonus token on the device (the next step's root)
 
 
 @dataclass
@@ -117,7 +120,7 @@ def warp_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.
 
 
 def greedy_accept(tokens: list[int], parents: list[int], target_argmax: list[int]) -> tuple[list[int], int]:
-    """Longest root-to-leaf path whose every token equals the target's argmax at its parent.
+    """The greedy rule on host lists, walking the tree (the reference `accept.greedy_path` equals).
 
     Returns (accepted node path starting with the root node 0, bonus token = argmax at its end).
     """
@@ -129,40 +132,3 @@ def greedy_accept(tokens: list[int], parents: list[int], target_argmax: list[int
         if nxt is None:
             return path, want
         path.append(nxt)
-
-
-def sample_accept(
-    tokens: list[int],
-    parents: list[int],
-    p: torch.Tensor,                 # [T, V] target probabilities at each node (warped), on CPU
-    generator: torch.Generator,
-) -> tuple[list[int], int]:
-    """Lossless multi-candidate rejection for deterministic (top-k) drafts.
-
-    At node n with target distribution p_n, try its children x in draft order: accept x with
-    probability p_n(x) / sum(p_n); on rejection set p_n(x) = 0 (renormalising implicitly) and try
-    the next sibling. If all are rejected, the bonus token is sampled from what remains. Each
-    draft is a point mass, so this is exactly a draw from p_n (SpecInfer / EAGLE rule).
-    """
-    kids = children_lists(parents)
-    path = [0]
-    while True:
-        node = path[-1]
-        p_n = p[node].clone()
-        accepted = None
-        for c in kids[node]:
-            x = tokens[c]
-            mass = float(p_n.sum())
-            if mass <= 0:
-                break
-            u = float(torch.rand((), generator=generator))
-            if u * mass < float(p_n[x]):
-                accepted = c
-                break
-            p_n[x] = 0.0
-        if accepted is None:
-            if float(p_n.sum()) <= 0:  # only reachable through float round-off
-                p_n = p[node].clone()
-            bonus = int(torch.multinomial(p_n, 1, generator=generator))
-            return path, bonus
-        path.append(accepted)

@@ -23,6 +23,7 @@ import torch
 
 from .cpu_linear import PackedLinear, can_pack
 from .timing import PhaseTimer
+from . import transfer
 
 
 @dataclass
@@ -165,7 +166,8 @@ class ActiveVocab:
                 self.member[self.core] = True
             self.count, self.ptr = 0, 0
         prop = self.propose(torch.cat([prompt_ids.reshape(-1), prompt_top.reshape(-1)]))
-        return self.commit(prop, int(prop.n_new))
+        (n_new,), = transfer.to_host(prop.n_new)
+        return self.commit(prop, n_new)
 
     def propose(self, candidate_ids: torch.Tensor) -> Proposal | None:
         """New ids among the candidates, first-seen order, found with fixed-size tensor ops."""

@@ -1,6 +1,12 @@
-"""Shared fixtures: a tiny random Llama target with a 32k vocabulary and a random EAGLE head."""
+"""Shared fixtures: a tiny random Llama target with a 32k vocabulary and a random EAGLE head.
+
+The engine tests run on `NANOSPEC_TEST_DEVICE` (default cpu; e.g. `NANOSPEC_TEST_DEVICE=cuda`),
+in fp32 with TF32 off, where every method must equal `ar` token for token on any device.
+"""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -9,13 +15,19 @@ from nanospec.engine import SpecEngine
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
 
 VOCAB = 32000
+DEVICE = torch.device(os.environ.get("NANOSPEC_TEST_DEVICE", "cpu"))
+if DEVICE.type == "cuda":
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+requires_cuda = pytest.mark.skipif(DEVICE.type != "cuda",
+                                   reason="CUDA only: run with NANOSPEC_TEST_DEVICE=cuda on a machine with a GPU")
 
 
 @pytest.fixture(scope="session")
 def tiny_pair():
     cfg = random_target_config(VOCAB, 64, 2, heads=2, kv_heads=1, intermediate=128, max_positions=512)
-    target = random_target(cfg, seed=0)
-    head = random_head(target.config, seed=1)
+    target = random_target(cfg, seed=0).to(DEVICE)  # built on the CPU: the same weights on every device
+    head = random_head(target.config, seed=1).to(DEVICE)
     return target, head
 
 

@@ -48,7 +48,7 @@ class OracleDrafter:
                 chain_parent = chain_idx
                 continue
             break
-        t = torch.tensor(tokens)
-        p = torch.tensor(parents)
+        t = torch.tensor(tokens, device=root.device)
+        p = torch.tensor(parents, device=root.device)
         d = depths_from_parents(p)
         return DraftTree(t, p, d, -d.float(), vocab.contains(t))

@@ -13,6 +13,7 @@ from nanospec.engine import SpecEngine
 from nanospec.head import EagleHead, head_config_from_target
 from nanospec.verify import check_attention_supported, greedy_token
 
+from .conftest import DEVICE
 from .oracle import OracleDrafter
 
 SMALL = dict(capacity=256, static_size=4096, core_size=128)
@@ -54,10 +55,10 @@ def test_greedy_token_takes_the_lowest_index_on_ties():
 def test_tied_logits_are_lossless(prompts):
     """Every token's LM-head row is shared with a neighbour: each argmax is an exact tie."""
     cfg = random_target_config(512, 32, 2, heads=2, kv_heads=1, intermediate=64, max_positions=256)
-    target = random_target(cfg, seed=7)
+    target = random_target(cfg, seed=7).to(DEVICE)
     w = target.lm_head.weight
     w[1::2] = w[0::2]
-    eng = SpecEngine(target, None, random_head(target.config, seed=8),
+    eng = SpecEngine(target, None, random_head(target.config, seed=8).to(DEVICE),
                      frequent_ids=torch.arange(512), eos_token_ids=[])
     for prompt in [[x % 512 for x in p] for p in prompts[:4]]:
         ref = eng.generate(prompt, method="ar", max_new_tokens=10)
@@ -135,6 +136,7 @@ def test_encode_prompt_is_public(engine):
 def test_forward_cost_synchronises_around_the_clock(tiny_pair, monkeypatch):
     target, _ = tiny_pair
     calls = []
-    monkeypatch.setattr(forward_cost, "sync", lambda device: calls.append(str(device)))
-    forward_cost.forward_ms(target, torch.tensor([[1, 2, 3]]), 2, repeats=3)
-    assert calls == ["cpu"] * 6
+    monkeypatch.setattr(forward_cost, "sync", lambda device: calls.append(device))
+    ids = torch.tensor([[1, 2, 3]], device=DEVICE)
+    forward_cost.forward_ms(target, ids, 2, repeats=3)
+    assert calls == [ids.device] * 6

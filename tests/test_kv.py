@@ -8,6 +8,8 @@ from nanospec.kv import compact_cache, crop_cache, new_cache
 from nanospec.tree import depths_from_parents, tree_attention_mask, tree_position_ids
 from nanospec.verify import target_forward
 
+from .conftest import DEVICE
+
 
 def test_compacted_cache_equals_autoregressive_cache(tiny_pair):
     model, _ = tiny_pair
@@ -18,9 +20,10 @@ def test_compacted_cache_equals_autoregressive_cache(tiny_pair):
     parents = torch.tensor([-1, 0, 0, 1, 2, 2, 4, 3])
     tokens = torch.randint(0, 32000, (8,), generator=g)
     path = torch.tensor([0, 2, 4, 6])
+    prompt, parents, tokens, path = (t.to(DEVICE) for t in (prompt, parents, tokens, path))
 
     cache = new_cache()
-    target_forward(model, prompt, torch.arange(n)[None], cache)
+    target_forward(model, prompt, torch.arange(n, device=DEVICE)[None], cache)
     depths = depths_from_parents(parents)
     out_tree = target_forward(model, tokens[None], tree_position_ids(depths, n), cache,
                               tree_attention_mask(parents, n))
@@ -28,7 +31,7 @@ def test_compacted_cache_equals_autoregressive_cache(tiny_pair):
 
     ref = new_cache()
     seq = torch.cat([prompt[0], tokens[path]])[None]
-    out_ref = target_forward(model, seq, torch.arange(seq.shape[1])[None], ref)
+    out_ref = target_forward(model, seq, torch.arange(seq.shape[1], device=DEVICE)[None], ref)
     assert cache.get_seq_length() == ref.get_seq_length() == n + 4
     for a, b in zip(cache.layers, ref.layers):
         assert torch.allclose(a.keys, b.keys, atol=1e-5)

@@ -16,6 +16,8 @@ from nanospec.kv import new_cache
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
 from nanospec.verify import target_forward, warp_probs
 
+from .conftest import DEVICE
+
 V = 16
 RUNS = 2000
 # chi-square critical values at p = 0.001 for df = 1..15
@@ -23,8 +25,9 @@ CHI2_001 = [10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59
 
 
 def next_probs(model, seq, temperature, top_p):
-    out = target_forward(model, torch.tensor([seq]), torch.arange(len(seq))[None], new_cache())
-    return warp_probs(out.logits[-1], temperature, top_p)
+    out = target_forward(model, torch.tensor([seq], device=DEVICE), torch.arange(len(seq), device=DEVICE)[None],
+                         new_cache())
+    return warp_probs(out.logits[-1], temperature, top_p).cpu()
 
 
 def exact_marginals(model, prompt, temperature, top_p):
@@ -61,10 +64,10 @@ def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
 @pytest.fixture(scope="module")
 def small_pair():
     cfg = random_target_config(V, 32, 2, heads=2, kv_heads=1, intermediate=64, max_positions=128)
-    model = random_target(cfg, seed=4)
+    model = random_target(cfg, seed=4).to(DEVICE)
     # sharpen the random target a little so that drafts are accepted and rejected often
     model.lm_head.weight.mul_(6.0)
-    return model, random_head(model.config, seed=5)
+    return model, random_head(model.config, seed=5).to(DEVICE)
 
 
 @pytest.mark.parametrize("method,temperature,top_p", [("nanospec", 1.0, 1.0), ("full", 0.7, 0.8)])

@@ -7,12 +7,14 @@ import torch
 
 from nanospec.vocab import ActiveVocab, FullVocab, build_vocab
 
+from .conftest import DEVICE
+
 V, H = 50, 8
 
 
 @pytest.fixture()
 def weight():
-    return torch.randn(V, H, generator=torch.Generator().manual_seed(0))
+    return torch.randn(V, H, generator=torch.Generator().manual_seed(0)).to(DEVICE)
 
 
 def members(vocab) -> set[int]:
@@ -59,7 +61,8 @@ def test_logits_over_active_equal_full_logits(weight):
     core = torch.tensor([0, 1, 2, 3])
     vocab = ActiveVocab(weight, core, capacity=6, name="hybrid")
     vocab.begin_request(torch.tensor([9, 20]), torch.tensor([[21, 22, 0], [23, 9, 1]]))
-    h = torch.randn(3, H)
+    h = torch.randn(3, H).to(DEVICE)
+    vocab.wait_ready()  # on CUDA the rows are gathered on a side stream
     act = vocab.logits(h)
     ids = vocab.slot_ids(torch.arange(vocab.size))
     full = FullVocab(weight).logits(h)
@@ -77,6 +80,7 @@ def test_only_new_rows_are_gathered(weight):
     w[4] += 100.0
     add(vocab, [1, 2, 3, 4, 4])
     assert vocab.rows_gathered == 4            # ...only the one new id was gathered
+    vocab.wait_ready()
     slot = {i: s for s, i in enumerate(vocab.ids.tolist()) if i >= 0}
     assert torch.equal(vocab.buffer[slot[1]], weight[1])
     assert torch.equal(vocab.buffer[slot[4]], w[4])

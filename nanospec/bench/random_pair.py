@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -31,18 +32,35 @@ def random_target_config(vocab: int, hidden: int, layers: int, heads: int | None
     return LlamaConfig(**{k: v for k, v in base.items() if k != "transformers_version"})
 
 
-def random_target(config: LlamaConfig, seed: int = 0, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+@contextmanager
+def building_on(device: torch.device | str, dtype: torch.dtype):
+    """Create modules directly on `device` in `dtype` (no fp32 CPU copy first); buffers that
+    transformers makes in fp32 on purpose (rotary tables) stay fp32."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def random_target(config: LlamaConfig, seed: int = 0, dtype: torch.dtype = torch.float32,
+                  device: torch.device | str = "cpu") -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = copy.deepcopy(config)  # the caller's config stays as it was
     config._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(config).to(dtype)
+    with building_on(device, dtype):
+        model = LlamaForCausalLM(config)
     return model.eval().requires_grad_(False)
 
 
-def random_head(target_config, seed: int = 1, layers: int = 1, dtype: torch.dtype = torch.float32) -> EagleHead:
+def random_head(target_config, seed: int = 1, layers: int = 1, dtype: torch.dtype = torch.float32,
+                device: torch.device | str = "cpu") -> EagleHead:
     torch.manual_seed(seed)
-    head = EagleHead(head_config_from_target(target_config, layers), bias=True)
-    return head.to(dtype).eval().requires_grad_(False)
+    with building_on(device, dtype):
+        head = EagleHead(head_config_from_target(target_config, layers), bias=True)
+    return head.eval().requires_grad_(False)
 
 
 def write_random_pair(out: str | Path, vocab: int, hidden: int, layers: int,
