@@ -24,7 +24,7 @@ from nanospec import RunSummary, metrics, stop_message, summarize
 
 from . import charts
 from .decoding import StepPump, decode_thread
-from .inputs import METHODS, generation_options, parse_prompt
+from .inputs import DEFAULTS, METHODS, generation_options, parse_prompt
 from .models import EngineProvider
 from .race import lane, race_html
 from .trace import RunView, TokenDecoder, load_view, save_downloads
@@ -105,9 +105,9 @@ class Explorer:
 
     # -- live tab -------------------------------------------------------------------------
     def run_live(self, prompt_text, method, max_new_tokens, depth, top_k, total_tokens, temperature, top_p,
-                 seed, capacity, progress=gr.Progress()):
+                 seed, capacity, copy_branch=DEFAULTS["copy_branch"], progress=gr.Progress()):
         prompt, options = self._inputs(prompt_text, method, max_new_tokens, depth, top_k, total_tokens,
-                                       temperature, top_p, seed, capacity)
+                                       temperature, top_p, seed, capacity, copy_branch)
         engine, info = self._engine(progress)
         view = RunView(meta={"prompt": prompt, "options": options, "pair": asdict(info)})
         decoder = TokenDecoder(engine.tokenizer)
@@ -244,14 +244,14 @@ class Explorer:
 
     # -- compare tab ----------------------------------------------------------------------
     def run_compare(self, prompt_text, methods, max_new_tokens, depth, top_k, total_tokens, temperature, top_p,
-                    seed, capacity, progress=gr.Progress()):
+                    seed, capacity, copy_branch=DEFAULTS["copy_branch"], progress=gr.Progress()):
         chosen = [methods] if isinstance(methods, str) else list(methods or [])
         bad = [m for m in chosen if m not in METHODS]
         if bad:
             raise fail("invalid input", f"unknown methods {bad}; choose from {', '.join(METHODS[1:])}")
         methods = [m for m in METHODS[1:] if m in chosen]
         prompt, base = self._inputs(prompt_text, "ar", max_new_tokens, depth, top_k, total_tokens,
-                                    temperature, top_p, seed, capacity)
+                                    temperature, top_p, seed, capacity, copy_branch)
         self._engine(progress)
         greedy = base["temperature"] == 0.0
         summaries: dict[str, RunSummary] = {}

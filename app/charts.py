@@ -17,6 +17,7 @@ import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from nanospec import metrics
+from nanospec.events import ACCEPT_SOURCES
 from nanospec.timing import DRAFT_PHASES, PHASES
 
 # token origins (`nanospec.metrics.ORIGINS`), as shown in the answer's legend
@@ -28,9 +29,14 @@ ORIGIN_COLORS = {ACCEPTED: "#2e9d5b", BONUS: "#3b6fd8", VOCAB_MISS: "#d64545"}
 
 PHASE_COLORS = {  # draft phases warm, target/bookkeeping phases cool
     "draft_layers": "#e8743b", "lm_head": "#f2b134", "gather_wait": "#c0504d", "topk": "#f7d488",
-    "tree_build": "#9b7fc7", "verify_forward": "#3b6fd8", "accept": "#5bc0de", "kv_compact": "#7f8c8d",
-    "vocab_update": "#2e9d5b",
+    "copy_lookup": "#d98cb3", "tree_build": "#9b7fc7", "verify_forward": "#3b6fd8", "accept": "#5bc0de",
+    "kv_compact": "#7f8c8d", "vocab_update": "#2e9d5b",
 }
+# where a draft-tree node came from (StepEvent.tree_sources): marker shape and hover text
+SOURCE_SYMBOLS = {"head": "circle", "copy": "diamond", "both": "hexagram"}
+SOURCE_LEGEND = {"copy": "◆ copy chain (prompt lookup)", "both": "✶ head and copy chain"}
+SOURCE_TEXT = {"head": "the draft head", "copy": "the context-copy chain (prompt lookup)",
+               "both": "the draft head and the copy chain"}
 HEIGHT = 330
 _LAYOUT = dict(template="plotly_white", height=HEIGHT, margin=dict(l=60, r=20, t=56, b=44),
                legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=11)),
@@ -105,7 +111,7 @@ def kpi_from_summary(summary) -> dict:
     return {"tokens": summary.new_tokens, "steps": summary.steps, "tokens_per_s": summary.tokens_per_s,
             "tau": summary.tau if summary.steps else math.nan, "mean_active": summary.mean_active,
             "active_frac": summary.active_frac, "vocab_size": summary.vocab_size, "coverage": summary.coverage,
-            "draft_share": summary.draft_share}
+            "draft_share": summary.draft_share, "accepted_by_source": dict(summary.accepted_by_source)}
 
 
 # -- KPIs ------------------------------------------------------------------------------
@@ -132,6 +138,13 @@ def kpi_html(values: dict) -> str:
         card("coverage", "–" if cov is None else f"{cov:.1%}", "emitted tokens that were in the active set"),
         card("draft-time share", f"{values.get('draft_share', 0.0):.1%}", "of decode wall time"),
     ]
+    by_source = values.get("accepted_by_source") or {}
+    accepted = sum(by_source.values())
+    if by_source.get("copy") or by_source.get("both"):  # the copy branch supplied something
+        share = {k: by_source.get(k, 0) / accepted for k in ACCEPT_SOURCES}
+        cards.append(card("accepted drafts from the copy chain", f"{share['copy'] + share['both']:.1%}",
+                          f"copy only {share['copy']:.0%} · also drafted by the head {share['both']:.0%} · "
+                          f"head only {share['head']:.0%}"))
     return "<div class='kpi-row' style='display:flex;gap:8px;flex-wrap:wrap'>" + "".join(cards) + "</div>"
 
 
@@ -246,6 +259,9 @@ def tree_spec(frame: pd.DataFrame, step: int | None = None,
     tokens, parents = list(row["tree_tokens"]), list(row["tree_parents"])
     depths, logprobs, in_active = list(row["tree_depths"]), list(row["tree_logprobs"]), list(row["tree_in_active"])
     path = list(row["accepted_path"])
+    sources = row.get("tree_sources")
+    sources = list(sources) if isinstance(sources, (list, tuple)) else []
+    sources = sources + ["head"] * (len(tokens) - len(sources))  # traces from before the copy branch
     # the bonus token hangs off the last accepted node as one more node
     bonus = len(tokens)
     tokens.append(int(row["bonus_token"]))
@@ -274,8 +290,10 @@ def tree_spec(frame: pd.DataFrame, step: int | None = None,
             return f"<b>{token_label(tokens[i], token_text)}</b><br>id {tokens[i]}<br>{status}"
         kind = "root (last emitted token)" if i == 0 else ("accepted" if i in on_path else "rejected")
         active = "in" if in_active[i] else "OUT of"
+        origin = "" if i == 0 else f"<br>from {SOURCE_TEXT.get(sources[i], sources[i])}"
+        score = "copied from the context" if sources[i] == "copy" else f"draft log-prob {logprobs[i]:.3f}"
         return (f"<b>{token_label(tokens[i], token_text)}</b><br>id {tokens[i]} · depth {depths[i]}<br>"
-                f"draft log-prob {logprobs[i]:.3f}<br>{active} the active set<br>{kind}")
+                f"{score}<br>{active} the active set<br>{kind}{origin}")
 
     groups = (
         ("drafted (rejected)", [i for i in range(1, bonus) if i not in on_path], "#b9c4d6", "circle", 11),
@@ -285,15 +303,22 @@ def tree_spec(frame: pd.DataFrame, step: int | None = None,
     )
     for name, idx, color, symbol, size in groups:
         outline = ["#d64545" if i < bonus and not in_active[i] else "white" for i in idx]
+        if symbol == "circle":  # drafted nodes: the shape says which source proposed them
+            symbol = [SOURCE_SYMBOLS.get(sources[i], "circle") for i in idx]
         data.append(dict(
             type="scatter", x=[x[i] for i in idx], y=[y[i] for i in idx], mode="markers+text", name=name,
             text=[token_label(tokens[i], token_text)[:14] for i in idx], textposition="middle right",
             textfont=dict(size=11, color="#333"), customdata=list(idx),
             hovertext=[hover(i) for i in idx], hoverinfo="text",
             marker=dict(color=color, symbol=symbol, size=size, line=dict(color=outline, width=1.5))))
+    n_copy = sum(s in ("copy", "both") for s in sources)
+    for source in ("copy", "both") if n_copy else ():  # legend entries for the shapes
+        data.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=SOURCE_LEGEND[source],
+                         marker=dict(color="#888", symbol=SOURCE_SYMBOLS[source], size=11)))
     n_acc = len(path) - 1
-    title = (f"Draft tree of step {int(row['step'])}: {len(row['tree_tokens']) - 1} drafted, "
-             f"{n_acc} accepted + bonus" + (" (vocab miss)" if miss else ""))
+    title = (f"Draft tree of step {int(row['step'])}: {len(row['tree_tokens']) - 1} drafted"
+             + (f" ({n_copy} on the copy chain)" if n_copy else "")
+             + f", {n_acc} accepted + bonus" + (" (vocab miss)" if miss else ""))
     layout = _layout(title, showlegend=True, height=max(HEIGHT, 26 * (max(y) + 1) + 110), hovermode="closest",
                      xaxis=dict(title=dict(text="depth"), dtick=1, range=[-0.3, max(x) + 0.9], zeroline=False),
                      yaxis=dict(visible=False, autorange="reversed"))

@@ -13,13 +13,13 @@ SPEC_METHODS = METHODS[1:]
 # slider bounds; the engine validates again (anything can arrive through the API)
 LIMITS = {
     "max_new_tokens": (1, 512), "depth": (1, 12), "top_k": (1, 16), "total_tokens": (2, 128),
-    "temperature": (0.0, 2.0), "top_p": (0.05, 1.0), "capacity": (64, 16384),
+    "temperature": (0.0, 2.0), "top_p": (0.05, 1.0), "capacity": (64, 16384), "copy_branch": (0, 16),
 }
 _TREE, _VOCAB = TreeConfig(), VocabConfig()
 DEFAULTS = {"method": "nanospec", "max_new_tokens": 64, "depth": _TREE.depth, "top_k": _TREE.top_k,
             "total_tokens": _TREE.total_tokens, "temperature": 0.0, "top_p": 1.0, "seed": 0,
-            "capacity": _VOCAB.capacity}
-INT_OPTIONS = ("max_new_tokens", "depth", "top_k", "total_tokens", "capacity", "seed")
+            "capacity": _VOCAB.capacity, "copy_branch": _TREE.copy_branch}
+INT_OPTIONS = ("max_new_tokens", "depth", "top_k", "total_tokens", "capacity", "seed", "copy_branch")
 
 _ROLE_LINE = re.compile(r"^(system|user|assistant):[ \t]?", re.IGNORECASE)
 
@@ -83,13 +83,14 @@ def _as_int(name: str, value):
 
 
 def generation_options(method, max_new_tokens, depth, top_k, total_tokens, temperature, top_p, seed,
-                       capacity) -> dict:
+                       capacity, copy_branch=DEFAULTS["copy_branch"]) -> dict:
     """Keyword options for `SpecEngine.stream` (the engine validates the ranges)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
     opts = {"method": method, "max_new_tokens": max_new_tokens, "depth": depth, "top_k": top_k,
             "total_tokens": total_tokens, "temperature": temperature, "top_p": top_p,
-            "seed": DEFAULTS["seed"] if seed is None else seed, "capacity": capacity}
+            "seed": DEFAULTS["seed"] if seed is None else seed, "capacity": capacity,
+            "copy_branch": DEFAULTS["copy_branch"] if copy_branch is None else copy_branch}
     for name in INT_OPTIONS:
         opts[name] = _as_int(name, opts[name])
     for name in ("temperature", "top_p"):

@@ -65,8 +65,11 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                         temperature = _slider("temperature", "temperature (0 = greedy)", step=0.05)
                         top_p = _slider("top_p", "top-p", step=0.05)
                         seed = Number(value=DEFAULTS["seed"], precision=0, label="seed", minimum=0)
-                    capacity = _slider("capacity", "NanoSpec capacity (in-context set size limit)", step=64)
-        knobs = [max_new, depth, top_k, total, temperature, top_p, seed, capacity]
+                    with gr.Row():
+                        capacity = _slider("capacity", "NanoSpec capacity (in-context set size limit)", step=64)
+                        copy_branch = _slider("copy_branch", "copy branch: prompt-lookup tokens added to the "
+                                              "tree (0 = off)", elem_id="copy-branch")
+        knobs = [max_new, depth, top_k, total, temperature, top_p, seed, capacity, copy_branch]
 
         with gr.Tabs() as tabs:
             with gr.Tab("Live", id="live"):

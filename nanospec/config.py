@@ -11,16 +11,29 @@ METHODS = ("ar", "full", "static", "nanospec", "hybrid")
 
 @dataclass
 class TreeConfig:
-    """EAGLE-2 dynamic tree: `depth` draft levels, `top_k` frontier width, `total_tokens` nodes incl. root."""
+    """EAGLE-2 dynamic tree: `depth` draft levels, `top_k` frontier width, `total_tokens` nodes incl. root.
+
+    `copy_branch` N > 0 adds the context-copy chain (prompt lookup over the prompt and the answer so
+    far, n-grams of `copy_ngram` tokens down to 1) as up to N more nodes (copy_branch.py).
+    """
 
     depth: int = 3
     top_k: int = 4
     total_tokens: int = 12
+    copy_branch: int = 0
+    copy_ngram: int = 2
+
+    @property
+    def max_nodes(self) -> int:
+        """Nodes a verification forward can hold: the drafted tree plus the copy chain's slots."""
+        return self.total_tokens + self.copy_branch
 
     def validate(self) -> None:
         _check_int("depth", self.depth, 1, 32)
         _check_int("top_k", self.top_k, 1, 64)
         _check_int("total_tokens", self.total_tokens, 2, 512)
+        _check_int("copy_branch", self.copy_branch, 0, 64)
+        _check_int("copy_ngram", self.copy_ngram, 1, 16)
 
 
 TREE_OPTIONS = frozenset(TreeConfig.__dataclass_fields__)  # depth, top_k, total_tokens

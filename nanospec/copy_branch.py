@@ -9,8 +9,9 @@ candidate for the same acceptance rules).
 
 Everything here runs on the model's device with fixed shapes, so nothing syncs to the host:
 
-    CopyContext.lookup(N, max_ngram) -> CopyChain     the context's continuation, [N] + a length
-    merge_copy_chain(tree, chain, in_active)           the tree with N more nodes (T + N)
+    lookup_continuation(context, N, max_ngram) -> CopyChain   the copied continuation, [N] + a length
+    merge_copy_chain(tree, chain, in_active) -> DraftTree     the tree with N more nodes (T + N)
+    CopyBranch                                                the per-request state the engine holds
 
 The merged tree always has T + N nodes. Chain positions that are already in the tree, or that
 the lookup could not fill, become PAD nodes: duplicates of node 1 under the root. Both acceptance
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .timing import PhaseTimer
 from .tree import DraftTree, ancestor_mask
 
 # where a tree node came from (DraftTree.sources, StepEvent.tree_sources)
@@ -64,13 +66,22 @@ def lookup_continuation(context: torch.Tensor, n_tokens: int, max_ngram: int = D
     return CopyChain(tokens=context[idx], length=length)
 
 
-class CopyContext:
-    """The request's tokens (prompt, then everything emitted, the root last) in a device buffer.
+class CopyBranch:
+    """Per request: the tokens so far (prompt, everything emitted, the root last) in a device
+    buffer, and the chain it adds to each step's tree. What the engine calls:
+
+        begin(prompt_ids, first_token)      at prefill
+        extend(tree, vocab, timer)          after drafting: the tree with the copy chain merged in
+        append(tokens)                      after verification: the step's accepted tokens + bonus
 
     Sizes are host integers the engine already knows, so appending and slicing never sync.
     """
 
-    def __init__(self, device: torch.device | str, capacity: int = 1024):
+    def __init__(self, n_tokens: int, max_ngram: int = DEFAULT_MAX_NGRAM, device: torch.device | str = "cpu",
+                 capacity: int = 1024):
+        if n_tokens < 1 or max_ngram < 1:
+            raise ValueError(f"n_tokens and max_ngram must be >= 1; got {n_tokens} and {max_ngram}")
+        self.n_tokens, self.max_ngram = n_tokens, max_ngram
         self.buffer = torch.zeros(capacity, dtype=torch.long, device=device)
         self.length = 0
 
@@ -94,8 +105,13 @@ class CopyContext:
     def tokens(self) -> torch.Tensor:
         return self.buffer[: self.length]
 
-    def lookup(self, n_tokens: int, max_ngram: int = DEFAULT_MAX_NGRAM) -> CopyChain:
-        return lookup_continuation(self.tokens, n_tokens, max_ngram)
+    def lookup(self) -> CopyChain:
+        return lookup_continuation(self.tokens, self.n_tokens, self.max_ngram)
+
+    def extend(self, tree: DraftTree, vocab, timer: PhaseTimer) -> DraftTree:
+        with timer.phase("copy_lookup"):
+            chain = self.lookup()
+            return merge_copy_chain(tree, chain, vocab.contains(chain.tokens))
 
 
 def merge_copy_chain(tree: DraftTree, chain: CopyChain, chain_in_active: torch.Tensor) -> DraftTree:

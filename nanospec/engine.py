@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
 from .config import TREE_OPTIONS, GenerationConfig, default_tree
+from .copy_branch import SOURCE_NAMES, CopyBranch, drop_padding
 from .cpu_linear import PackedLinear
 from .cpu_linear import pack_linears as pack_modules
 from .drafters.base import Drafter
@@ -40,6 +41,7 @@ class _State:
     root_dev: torch.Tensor  # [1] long, the same token on the device (drafting never waits for the host)
     emitted: int
     generator: torch.Generator | None
+    copy: CopyBranch | None = None  # the context-copy branch (cfg.tree.copy_branch > 0)
 
 
 @dataclass
@@ -180,10 +182,10 @@ class SpecEngine:
         if missing:
             raise ValueError(missing)
         ids = self.encode_prompt(prompt)
-        need = len(ids) + cfg.tree.total_tokens + 1
+        need = len(ids) + cfg.tree.max_nodes + 1
         if need > self.max_context:
             raise ValueError(f"prompt is {len(ids)} tokens; with the tree it must fit the model's context of "
-                             f"{self.max_context} tokens (at most {self.max_context - cfg.tree.total_tokens - 1})")
+                             f"{self.max_context} tokens (at most {self.max_context - cfg.tree.max_nodes - 1})")
         return Run(self, ids, cfg)
 
     def missing_for(self, method: str) -> str | None:
@@ -225,7 +227,7 @@ class SpecEngine:
             return "eos"
         if state.emitted >= cfg.max_new_tokens:
             return "max_new_tokens"
-        if state.length + cfg.tree.total_tokens + 1 > self.max_context:
+        if state.length + cfg.tree.max_nodes + 1 > self.max_context:
             return "context_limit"  # the next step's tree would not fit; see events.stop_message
         return None
 
@@ -251,6 +253,9 @@ class SpecEngine:
             with timer.phase("draft_layers"):
                 drafter.begin(ids[0], hidden, first)
         state = _State(cache, n, first, first_dev, 0, gen)
+        if vocab is not None and cfg.tree.copy_branch:
+            state.copy = CopyBranch(cfg.tree.copy_branch, cfg.tree.copy_ngram, self.device)
+            state.copy.begin(ids[0], first)
         tokens = self._take([first], state, cfg)
         phases = timer.resolve()
         sync(self.device)
@@ -259,7 +264,8 @@ class SpecEngine:
             tree_parents=[-1], tree_depths=[0], tree_logprobs=[0.0], tree_in_active=[True],
             accepted_path=[0], accepted_tokens=[], bonus_token=first, tokens=tokens,
             active_size=vocab.size if vocab is not None else 0, added_ids=added, vocab_size=self.vocab_size,
-            coverage=None, miss_kind="none", wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases)
+            coverage=None, miss_kind="none", wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases,
+            tree_sources=["root"])
         return state, event
 
     @torch.inference_mode()
@@ -268,6 +274,8 @@ class SpecEngine:
         t0 = time.perf_counter()
         active_size = vocab.size
         tree = drafter.draft(state.root_dev, vocab, cfg.tree, timer)
+        if state.copy is not None:
+            tree = state.copy.extend(tree, vocab, timer)
         L = state.length
         with timer.phase("verify_forward"):
             mask = tree_attention_mask(tree.parents, L)                     # [1, 1, T, L + T]
@@ -286,11 +294,16 @@ class SpecEngine:
             compact_cache(state.cache, L, keep)
         with timer.phase("vocab_update"):
             added = vocab.commit(proposal, acc.n_new)
-        drafter.update(out.hidden[keep], torch.cat([tree.tokens[keep[1:]], acc.bonus_dev]), timer)
+        next_tokens = torch.cat([tree.tokens[keep[1:]], acc.bonus_dev])
+        drafter.update(out.hidden[keep], next_tokens, timer)
+        if state.copy is not None:
+            state.copy.append(next_tokens)
         state.length = L + len(path)
         state.root, state.root_dev = bonus, acc.bonus_dev
         accepted = [host.tokens[i] for i in path[1:]]
         tokens = self._take(accepted + [bonus], state, cfg)
+        shown, path = drop_padding(asdict(host), path)  # the event shows no PAD slots of the copy chain
+        host = HostTree(**shown)
         kids_of_last = [i for i, p in enumerate(host.parents) if p == path[-1]]
         miss = "none" if not kids_of_last else ("draft" if acc.bonus_in_active else "vocab")
         phases = timer.resolve()
@@ -300,7 +313,8 @@ class SpecEngine:
             tree_in_active=host.in_active, accepted_path=path, accepted_tokens=accepted,
             bonus_token=bonus, tokens=tokens, active_size=active_size, added_ids=added,
             vocab_size=self.vocab_size, coverage=acc.bonus_in_active, miss_kind=miss,
-            wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases)
+            wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases,
+            tree_sources=[SOURCE_NAMES[s] for s in host.sources])
 
     def _accept(self, tree: DraftTree, logits: torch.Tensor, argmax: torch.Tensor, proposal,
                 vocab: VocabPolicy, cfg: GenerationConfig, gen) -> Acceptance:
@@ -312,11 +326,12 @@ class SpecEngine:
             dp = sample_path(tree.tokens, tree.parents,
                              warp_probs(logits, cfg.sampling.temperature, cfg.sampling.top_p), gen)
         n_new = proposal.n_new.reshape(1) if proposal is not None else torch.zeros_like(dp.length)
-        nodes, (n,), (bonus,), (bonus_in,), (n_new,), tokens, parents, depths, scores, in_active = transfer.to_host(
-            dp.nodes, dp.length, dp.bonus, vocab.contains(dp.bonus), n_new,
-            tree.tokens, tree.parents, tree.depths, tree.scores, tree.in_active)
+        sources = tree.sources if tree.sources is not None else torch.ones_like(tree.tokens)
+        nodes, (n,), (bonus,), (bonus_in,), (n_new,), tokens, parents, depths, scores, in_active, src = \
+            transfer.to_host(dp.nodes, dp.length, dp.bonus, vocab.contains(dp.bonus), n_new,
+                             tree.tokens, tree.parents, tree.depths, tree.scores, tree.in_active, sources)
         host = HostTree(tokens=tokens, parents=parents, depths=depths, scores=[round(s, 4) for s in scores],
-                        in_active=in_active)
+                        in_active=in_active, sources=[0] + src[1:])
         return Acceptance(path=nodes[:n], bonus=bonus, bonus_in_active=bonus_in, n_new=n_new, tree=host,
                           keep=dp.nodes[:n], bonus_dev=dp.bonus)
 

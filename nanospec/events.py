@@ -28,6 +28,7 @@ def stop_message(reason: str, max_context: int | None = None) -> str:
     return {"eos": "the model ended its answer (end-of-sequence token)",
             "max_new_tokens": "reached the requested number of new tokens",
             "stopped": "stopped before the end (Stop, or the caller closed the run)"}.get(reason, reason)
+ACCEPT_SOURCES = ("head", "copy", "both")  # where an accepted draft token's node came from
 
 
 @dataclass
@@ -51,6 +52,9 @@ class StepEvent:
     miss_kind: str                 # none | vocab | draft
     wall_ms: float
     phases: dict[str, float] = field(default_factory=dict)
+    # per node: root | head (the drafter) | copy (the context-copy chain) | both (the head drafted
+    # what the copy chain proposed); empty in traces saved before the copy branch existed
+    tree_sources: list[str] = field(default_factory=list)
 
     @property
     def is_prefill(self) -> bool:
@@ -64,13 +68,24 @@ class StepEvent:
     def draft_ms(self) -> float:
         return sum(self.phases.get(p, 0.0) for p in DRAFT_PHASES)
 
+    def accepted_outside(self) -> int:
+        """Accepted draft tokens that were outside the active set (the copy chain can copy such a
+        token under a static set; the head never drafts one)."""
+        flags = self.tree_in_active
+        return sum(not flags[i] for i in self.accepted_path[1:] if i < len(flags))
+
+    def accepted_sources(self) -> list[str]:
+        """Source of each accepted draft token (head / copy / both); "head" for older traces."""
+        src = self.tree_sources
+        return [src[i] if i < len(src) else "head" for i in self.accepted_path[1:]]
+
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepEvent":
         names = {f.name for f in fields(cls)}
-        missing = names - set(d) - {"phases"}
+        missing = names - set(d) - {"phases", "tree_sources"}
         if missing:
             raise ValueError(f"not a NanoSpec trace step: missing fields {sorted(missing)}")
         return cls(**{k: v for k, v in d.items() if k in names})
@@ -96,6 +111,8 @@ class RunSummary:
     output_ids: list[int] = field(default_factory=list)
     text: str = ""
     miss_counts: dict[str, int] = field(default_factory=dict)
+    # accepted draft tokens by the source of their node: head, copy (copy chain only), both
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -112,7 +129,9 @@ def summarize(events: list[StepEvent], method: str, wall_s: float, stop_reason: 
     # tau counts every emitted token incl. the bonus; a step cut at EOS still counts what it emitted
     tau = metrics.tau([e.n_emitted for e in decode]) if n else 0.0
     active = mean([e.active_size for e in decode])
-    coverage = metrics.coverage([len(e.accepted_tokens) for e in decode], [e.coverage for e in decode])
+    coverage = metrics.coverage([len(e.accepted_tokens) for e in decode], [e.coverage for e in decode],
+                                [e.accepted_outside() for e in decode])
+    sources = [s for e in decode for s in e.accepted_sources()]
     decode_ms = sum(e.wall_ms for e in decode)
     draft_ms = sum(e.draft_ms for e in decode)
     return RunSummary(
@@ -134,12 +153,14 @@ def summarize(events: list[StepEvent], method: str, wall_s: float, stop_reason: 
         output_ids=[t for e in events for t in e.tokens],
         text=text,
         miss_counts={k: sum(e.miss_kind == k for e in decode) for k in MISS_KINDS},
+        accepted_by_source={k: sources.count(k) for k in ACCEPT_SOURCES},
     )
 
 
 # -- frames and trace files ------------------------------------------------------
 LIST_COLUMNS = ("tree_tokens", "tree_parents", "tree_depths", "tree_logprobs", "tree_in_active",
-                "accepted_path", "accepted_tokens", "tokens")
+                "accepted_path", "accepted_tokens", "tokens", "tree_sources")
+OPTIONAL_COLUMNS = ("tree_sources",)  # absent from traces saved before the copy branch
 
 
 def events_to_frame(events: list[StepEvent]) -> pd.DataFrame:
@@ -196,6 +217,8 @@ def load_trace(path: str | Path) -> tuple[list[StepEvent], RunSummary | None, di
         if path.suffix == ".csv":
             frame = pd.read_csv(path)
             for col in LIST_COLUMNS:
+                if col not in frame and col in OPTIONAL_COLUMNS:
+                    frame[col] = "[]"
                 if col not in frame:
                     raise ValueError(f"column {col!r} missing")
                 frame[col] = frame[col].map(json.loads)

@@ -8,8 +8,10 @@ events frame (`events_to_frame`) feed them alike.
 - **τ (tau)**: tokens emitted per target forward, averaged over decode steps (the bonus token
   counts, so plain decoding has τ = 1).
 - **coverage**: share of target-emitted tokens that were in the active set when the tree was
-  drafted. An accepted drafted token was in the set by construction; the bonus token was in it
-  when the step's `coverage` flag is true. Steps that drafted nothing (`coverage` None) don't count.
+  drafted. An accepted token the head drafted was in the set by construction; one the copy chain
+  copied from the context may not be (a static set), so steps pass how many accepted tokens were
+  outside (`n_outside`). The bonus token was in the set when the step's `coverage` flag is true.
+  Steps that drafted nothing (`coverage` None) don't count.
 - **speedup**: tokens/s of a method / tokens/s of autoregressive decoding (same prompt, same run).
 - **identical to ar**: a greedy run's output equals autoregressive decoding's, token for token;
   undefined (None) when sampling, where only the distribution must match.
@@ -66,27 +68,31 @@ def tau(emitted_per_step: Sequence[int]) -> float:
 
 
 # -- coverage ---------------------------------------------------------------------------------
-def step_coverage(n_accepted: int, coverage) -> tuple[int, int]:
+def step_coverage(n_accepted: int, coverage, n_outside: int = 0) -> tuple[int, int]:
     """(tokens that were in the active set, tokens counted) for one decode step; (0, 0) when the
-    step drafted nothing (`coverage` None)."""
+    step drafted nothing (`coverage` None). `n_outside`: accepted tokens that were not in the set."""
     flag = as_flag(coverage)
     if flag is None:
         return 0, 0
-    return int(n_accepted) + int(flag), int(n_accepted) + 1
+    return int(n_accepted) - int(n_outside) + int(flag), int(n_accepted) + 1
 
 
-def coverage(n_accepted: Iterable[int], flags: Iterable) -> float | None:
-    """Coverage over decode steps (`n_accepted[i]`, `flags[i]` = step i's `coverage`); None if none drafted."""
-    running = running_coverage(n_accepted, flags)
+def coverage(n_accepted: Iterable[int], flags: Iterable, n_outside: Iterable[int] | None = None) -> float | None:
+    """Coverage over decode steps (`n_accepted[i]`, `flags[i]` = step i's `coverage`, `n_outside[i]`
+    its accepted tokens outside the set, default none); None if none drafted."""
+    running = running_coverage(n_accepted, flags, n_outside)
     return running[-1] if running else None
 
 
-def running_coverage(n_accepted: Iterable[int], flags: Iterable) -> list[float | None]:
+def running_coverage(n_accepted: Iterable[int], flags: Iterable, n_outside: Iterable[int] | None = None
+                     ) -> list[float | None]:
     """Coverage after each step (None until the first step that drafted)."""
     in_set = counted = 0
     out: list[float | None] = []
-    for acc, flag in zip(n_accepted, flags):
-        i, c = step_coverage(acc, flag)
+    n_accepted = list(n_accepted)
+    outside = [0] * len(n_accepted) if n_outside is None else list(n_outside)
+    for acc, flag, off in zip(n_accepted, flags, outside):
+        i, c = step_coverage(acc, flag, off)
         in_set, counted = in_set + i, counted + c
         out.append(in_set / counted if counted else None)
     return out

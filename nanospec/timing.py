@@ -8,10 +8,10 @@ from contextlib import contextmanager
 import torch
 
 PHASES = (
-    "draft_layers", "lm_head", "gather_wait", "topk", "tree_build",
+    "draft_layers", "lm_head", "gather_wait", "topk", "copy_lookup", "tree_build",
     "verify_forward", "accept", "kv_compact", "vocab_update",
 )
-DRAFT_PHASES = ("draft_layers", "lm_head", "gather_wait", "topk")
+DRAFT_PHASES = ("draft_layers", "lm_head", "gather_wait", "topk", "copy_lookup")
 
 
 class PhaseTimer:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,6 +20,7 @@ class HostTree:
     depths: list[int]
     scores: list[float]
     in_active: list[bool]
+    sources: list[int] = field(default_factory=list)  # copy_branch.ROOT/HEAD/COPY/BOTH/PAD per node
 
 
 @dataclass

@@ -130,6 +130,35 @@ def test_tree_figure_defaults_to_latest_step_and_marks_vocab_miss(frame):
     assert "⟨16⟩" in charts.tree_figure(frame, 2, None).data[2].text  # no token text: ids shown
 
 
+def test_tree_figure_and_kpis_mark_the_copy_chain():
+    events = make_events()
+    # step 1 again, with node 3 (accepted) from the copy chain, node 1 drafted by both, a copy-only leaf
+    events[1].tree_tokens.append(18)
+    events[1].tree_parents.append(3)
+    events[1].tree_depths.append(3)
+    events[1].tree_logprobs.append(0.0)
+    events[1].tree_in_active.append(False)
+    events[1].tree_sources = ["root", "both", "head", "copy", "head", "copy"]
+    events[2].tree_sources = ["root", "head", "head"]
+    frame = events_to_frame(events)
+    fig = charts.tree_figure(frame, 1, TEXT)
+    accepted, rejected = _trace(fig, "accepted"), _trace(fig, "drafted (rejected)")
+    assert list(accepted.marker.symbol) == ["hexagram", "diamond"]
+    assert list(rejected.marker.symbol) == ["circle", "circle", "diamond"]
+    assert "copy chain" in accepted.hovertext[1] and "copied from the context" in accepted.hovertext[1]
+    assert _trace(fig, charts.SOURCE_LEGEND["copy"]) and "3 on the copy chain" in fig.layout.title.text
+    assert "copy chain" not in charts.tree_figure(frame, 2, TEXT).layout.title.text
+    values = charts.kpi_from_summary(summarize(events, "nanospec", 1.0, "eos"))
+    assert values["accepted_by_source"] == {"head": 0, "copy": 1, "both": 1}
+    html = charts.kpi_html(values)
+    assert "accepted drafts from the copy chain" in html and "100.0%" in html
+    assert "copy chain" not in charts.kpi_html(charts.kpi_from_summary(summarize(make_events(), "nanospec", 1.0,
+                                                                                 "eos")))
+    # a copied token outside the active set (possible with static) counts as outside in coverage
+    events[1].tree_in_active[3] = False
+    assert summarize(events, "nanospec", 1.0, "eos").coverage == 0.5  # (1 + bonus) of 3, 0 of 1
+
+
 def test_empty_and_autoregressive_frames():
     empty = events_to_frame([])
     for builder in (charts.vocab_figure, charts.coverage_figure, charts.phase_figure, charts.tree_figure):
@@ -214,7 +243,10 @@ def test_prompt_parsing_and_examples():
 def test_generation_options_coerce_and_bound():
     opts = generation_options("nanospec", 16.0, 4.0, 6, 24, 0, 1, 0.0, 3072.0)
     assert opts == {"method": "nanospec", "max_new_tokens": 16, "depth": 4, "top_k": 6, "total_tokens": 24,
-                    "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": 3072}
+                    "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": 3072, "copy_branch": 0}
+    assert generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 4.0)["copy_branch"] == 4
+    with pytest.raises(ValueError, match="copy_branch"):
+        generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 99)
     assert all(type(opts[k]) is int for k in ("max_new_tokens", "depth", "seed", "capacity"))
     for args, match in ((("bogus", 16, 4, 6, 24, 0, 1, 0, 3072), "method"),
                         (("ar", 10_000, 4, 6, 24, 0, 1, 0, 3072), "max_new_tokens"),

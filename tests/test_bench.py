@@ -53,3 +53,15 @@ def test_resident_split_reads_proc_status():
     status = "Name:\tpython\nVmRSS:\t  1536000 kB\nRssAnon:\t  1024000 kB\nRssFile:\t   512000 kB\nRssShmem:\t0 kB\n"
     assert resident_split_mb(status) == {"rss": 1500.0, "anon": 1000.0, "file": 500.0}
     assert resident_split_mb("Name:\tpython\n") is None   # not Linux-like: no split, no crash
+
+
+def test_compare_and_sweep_run_each_copy_branch_length(engine, prompts):
+    repeating = [p[:6] * 4 for p in prompts[:2]]
+    table = compare(engine, repeating, ["nanospec"], {"max_new_tokens": 12}, copy_branches=(0, 3))
+    assert [r["method"] for r in table] == ["ar", "nanospec", "nanospec+copy3"]
+    assert all(r["identical_to_ar"] is True for r in table)
+    assert table[1]["accepted_share"] is None or not table[1]["accepted_share"].get("copy")
+    assert "nanospec+copy3" in format_table(table)
+    rows = sweep(engine, repeating, "full", [(2, 2, 4)], {"max_new_tokens": 12}, copy_branches=(0, 2))
+    assert [r["method"] for r in rows] == ["ar", "full 2x2x4", "full 2x2x4 +copy2"]
+    assert all(r["identical_to_ar"] is True for r in rows)

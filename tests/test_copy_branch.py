@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nanospec.copy_branch import (BOTH, COPY, HEAD, PAD, ROOT, CopyChain, CopyContext, drop_padding,
+from nanospec.copy_branch import (BOTH, COPY, HEAD, PAD, ROOT, CopyBranch, CopyChain, drop_padding,
                                   lookup_continuation, merge_copy_chain)
 from nanospec.tree import DraftTree, depths_from_parents
 from nanospec.verify import greedy_accept
@@ -60,15 +60,15 @@ def test_lookup_prefers_longest_ngram_then_earliest_match():
     assert int(chain.length) == 0
 
 
-def test_copy_context_grows_and_keeps_tokens():
-    ctx = CopyContext("cpu", capacity=4)
+def test_copy_branch_context_grows_and_keeps_tokens():
+    ctx = CopyBranch(3, capacity=4)
     ctx.begin(torch.tensor([1, 2, 3]), 4)
     ctx.append(torch.tensor([5, 1, 2]))
     assert ctx.tokens.tolist() == [1, 2, 3, 4, 5, 1, 2]
-    chain = ctx.lookup(3)
+    chain = ctx.lookup()
     assert chain.tokens[: int(chain.length)].tolist() == [3, 4, 5]
     with pytest.raises(ValueError, match="n_tokens"):
-        ctx.lookup(0)
+        CopyBranch(0)
 
 
 def make_tree(tokens: list[int], parents: list[int]) -> DraftTree:

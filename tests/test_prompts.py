@@ -22,6 +22,14 @@ def test_shipped_prompt_set_shape():
         assert 2 <= len(heldout) <= 3, category
 
 
+def test_outside_check_prompts_are_apart_from_the_set():
+    from nanospec.data.prompts import OUTSIDE_PROMPTS_PATH
+    outside = load_prompts(OUTSIDE_PROMPTS_PATH)
+    assert len(outside) >= 12 and {item["split"] for item in outside} == {"outside"}
+    assert not {item["category"] for item in outside} & set(CATEGORIES)  # kinds the set does not have
+    assert all(item["split"] != "outside" for item in load_prompts())   # never mixed into the set
+
+
 def test_multi_turn_items_are_conversations():
     for item in load_prompts(category="multi_turn"):
         roles = [turn["role"] for turn in item["turns"]]

@@ -70,21 +70,25 @@ def small_pair():
     return model, random_head(model.config, seed=5).to(DEVICE)
 
 
-@pytest.mark.parametrize("method,temperature,top_p", [("nanospec", 1.0, 1.0), ("full", 0.7, 0.8)])
-def test_speculative_sampling_matches_target_distribution(small_pair, method, temperature, top_p):
+@pytest.mark.parametrize("method,temperature,top_p,copy_branch",
+                         [("nanospec", 1.0, 1.0, 0), ("full", 0.7, 0.8, 0), ("nanospec", 1.0, 1.0, 2)])
+def test_speculative_sampling_matches_target_distribution(small_pair, method, temperature, top_p, copy_branch):
     model, head = small_pair
     prompt = [3, 9, 1, 14, 3]
     engine = SpecEngine(model, None, head, eos_token_ids=[])
     p2, p3 = exact_marginals(model, prompt, temperature, top_p)
     c2, c3 = torch.zeros(V), torch.zeros(V)
-    accepted = 0
+    accepted = copied = 0
     for seed in range(RUNS):
         r = engine.generate(prompt, method=method, max_new_tokens=3, temperature=temperature, top_p=top_p,
-                            seed=seed, depth=2, top_k=3, total_tokens=6, capacity=4)
+                            seed=seed, depth=2, top_k=3, total_tokens=6, capacity=4, copy_branch=copy_branch)
         c2[r.token_ids[1]] += 1
         c3[r.token_ids[2]] += 1
         accepted += sum(len(e.accepted_tokens) for e in r.events)
+        copied += r.summary.accepted_by_source["copy"]
     assert accepted > RUNS * 0.3, "drafts were rarely accepted: the test would not exercise rejection"
+    if copy_branch:  # the copy chain's own nodes (not shared with the head's) were accepted, too
+        assert copied > RUNS * 0.05, f"the copy chain was accepted only {copied} times"
     for counts, probs in ((c2, p2), (c3, p3)):
         stat, df = chi_square(counts, probs)
         assert stat < CHI2_001[df - 1], f"chi2={stat:.1f} df={df}: empirical {counts/RUNS} vs exact {probs}"

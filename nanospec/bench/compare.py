@@ -34,25 +34,38 @@ class MethodRows:
     emitted: list[int] = dataclasses.field(default_factory=list)  # per decode step, every prompt pooled
     accepted: list[int] = dataclasses.field(default_factory=list)  # per decode step
     coverage: list[bool | None] = dataclasses.field(default_factory=list)  # per decode step
+    outside: list[int] = dataclasses.field(default_factory=list)  # per decode step: accepted, not in the set
+    sources: dict[str, int] = dataclasses.field(default_factory=dict)  # accepted drafts by node source
     active_sum: float = 0.0
     new_tokens: int = 0
 
 
 def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict,
-            prompt_lookup: int = 0, progress=None, repeat: int = 1) -> list[dict]:
-    """Run `methods` (ar first, added if missing) on every prompt; return one dict per method."""
+            prompt_lookup: int = 0, progress=None, repeat: int = 1, copy_branches: tuple[int, ...] = ()
+            ) -> list[dict]:
+    """Run `methods` (ar first, added if missing) on every prompt; return one dict per method.
+
+    `copy_branches`: run every tree method once per copy-branch length N (row `method+copyN`,
+    plain `method` for N = 0); empty = once, with `options`' own `copy_branch`."""
     methods = ["ar"] + [m for m in methods if m != "ar"]
-    configs = {m: GenerationConfig.build(m, **options) for m in methods}
+    configs = {}
+    for m in methods:
+        for n in (copy_branches if copy_branches and m != "ar" else (None,)):
+            opts = options if n is None else {**options, "copy_branch": n}
+            configs[m + (f"+copy{n}" if n else "")] = GenerationConfig.build(m, **opts)
     return _interleaved(engine, prompts, configs, prompt_lookup, progress, repeat)
 
 
 def sweep(engine: SpecEngine, prompts: list, method: str, trees: list[tuple[int, int, int]], options: dict,
-          progress=None, repeat: int = 1) -> list[dict]:
-    """`method` at several tree sizes (depth, top_k, total_tokens) against ar, same run, interleaved."""
+          progress=None, repeat: int = 1, copy_branches: tuple[int, ...] = ()) -> list[dict]:
+    """`method` at several tree sizes (depth, top_k, total_tokens), each at every copy-branch length
+    in `copy_branches` (empty = `options`' own), against ar, same run, interleaved."""
     configs = {"ar": GenerationConfig.build("ar", **options)}
     for depth, top_k, total in trees:
-        configs[f"{method} {depth}x{top_k}x{total}"] = GenerationConfig.build(
-            method, **{**options, "depth": depth, "top_k": top_k, "total_tokens": total})
+        for n in copy_branches or (options.get("copy_branch", 0),):
+            name = f"{method} {depth}x{top_k}x{total}" + (f" +copy{n}" if n else "")
+            configs[name] = GenerationConfig.build(
+                method, **{**options, "depth": depth, "top_k": top_k, "total_tokens": total, "copy_branch": n})
     return _interleaved(engine, prompts, configs, 0, progress, repeat)
 
 
@@ -93,6 +106,9 @@ def _record(row: MethodRows, result) -> None:
     row.emitted += emitted
     row.accepted += [len(e.accepted_tokens) for e in decode]
     row.coverage += [e.coverage for e in decode]
+    row.outside += [e.accepted_outside() for e in decode]
+    for source, count in s.accepted_by_source.items():
+        row.sources[source] = row.sources.get(source, 0) + count
     row.active_sum += sum(e.active_size for e in decode)
     row.new_tokens += s.new_tokens
 
@@ -136,8 +152,11 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
             "lm_head_ms_per_step": _median(r.lm_head_ms) if r.lm_head_ms else None,
             "mean_active": mean_active if drafts else None,
             "active_frac": mean_active / vocab_size if drafts else None,
-            "coverage": metrics.coverage(r.accepted, r.coverage),
+            "coverage": metrics.coverage(r.accepted, r.coverage, r.outside),
             "identical_to_ar": metrics.identical_to_ar(r.outputs, ar.outputs, greedy),
+            # share of accepted draft tokens by the source of their node (head / copy / both)
+            "accepted_share": {k: v / sum(r.sources.values()) for k, v in r.sources.items()}
+            if sum(r.sources.values()) else None,
             "n_prompts": len(r.outputs),
             "new_tokens": r.new_tokens,
             # per prompt, in prompt order, once per repeat (index i is prompt i % n_prompts)
@@ -202,7 +221,7 @@ def resident_split_mb(status: str | None = None) -> dict[str, float] | None:
 
 def format_table(table: list[dict]) -> str:
     head = f"{'method':<18}{'tok/s':>8}{'speedup':>9}{'tau':>7}{'draft ms':>10}{'lm_head ms':>11}" \
-           f"{'active':>9}{'% of V':>8}{'coverage':>10}{'identical':>11}"
+           f"{'active':>9}{'% of V':>8}{'coverage':>10}{'identical':>11}{'copy/both %':>13}"
     lines = [head, "-" * len(head)]
     for row in table:
         def fmt(v, spec):  # a missing value keeps the column's width
@@ -213,5 +232,13 @@ def format_table(table: list[dict]) -> str:
             f"{fmt(row['tau'], '7.2f')}{fmt(row['draft_ms_per_step'], '10.2f')}"
             f"{fmt(row['lm_head_ms_per_step'], '11.2f')}{fmt(row['mean_active'], '9.0f')}"
             f"{fmt(None if row['active_frac'] is None else 100 * row['active_frac'], '7.2f')}%"
-            f"{fmt(None if row['coverage'] is None else 100 * row['coverage'], '9.1f')}%{ident:>11}")
+            f"{fmt(None if row['coverage'] is None else 100 * row['coverage'], '9.1f')}%{ident:>11}"
+            f"{_copy_share(row.get('accepted_share')):>13}")
     return "\n".join(lines)
+
+
+def _copy_share(share: dict | None) -> str:
+    """Accepted draft tokens from the copy chain only / from nodes both sources proposed, in %."""
+    if not share or not (share.get("copy") or share.get("both")):
+        return "-"
+    return f"{100 * share.get('copy', 0):.0f}/{100 * share.get('both', 0):.0f}"

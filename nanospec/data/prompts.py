@@ -9,9 +9,10 @@ from pathlib import Path
 from ..paths import ASSETS
 
 CATEGORIES = ("multi_turn", "translation", "summarization", "qa", "math", "rag", "code")
-SPLITS = ("train", "heldout")
+SPLITS = ("train", "heldout", "outside")  # outside: kinds the set lacks (outside.jsonl), never trained on
 ROLES = ("system", "user", "assistant")
 DEFAULT_PROMPTS_PATH = ASSETS / "prompts" / "prompts.jsonl"
+OUTSIDE_PROMPTS_PATH = ASSETS / "prompts" / "outside.jsonl"
 
 
 def load_prompts(path: str | Path | None = None, split: str | None = None,
