@@ -34,7 +34,7 @@ PHASE_COLORS = {  # draft phases warm, target/bookkeeping phases cool
 }
 # where a draft-tree node came from (StepEvent.tree_sources): marker shape and hover text
 SOURCE_SYMBOLS = {"head": "circle", "copy": "diamond", "both": "hexagram"}
-SOURCE_LEGEND = {"copy": "◆ copy chain (prompt lookup)", "both": "✶ head and copy chain"}
+SOURCE_LEGEND = {"copy": "copy chain (prompt lookup)", "both": "head and copy chain"}
 SOURCE_TEXT = {"head": "the draft head", "copy": "the context-copy chain (prompt lookup)",
                "both": "the draft head and the copy chain"}
 HEIGHT = 330

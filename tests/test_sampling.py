@@ -78,17 +78,19 @@ def test_speculative_sampling_matches_target_distribution(small_pair, method, te
     engine = SpecEngine(model, None, head, eos_token_ids=[])
     p2, p3 = exact_marginals(model, prompt, temperature, top_p)
     c2, c3 = torch.zeros(V), torch.zeros(V)
-    accepted = copied = 0
+    accepted = copy_steps = copied = 0
     for seed in range(RUNS):
         r = engine.generate(prompt, method=method, max_new_tokens=3, temperature=temperature, top_p=top_p,
                             seed=seed, depth=2, top_k=3, total_tokens=6, capacity=4, copy_branch=copy_branch)
         c2[r.token_ids[1]] += 1
         c3[r.token_ids[2]] += 1
         accepted += sum(len(e.accepted_tokens) for e in r.events)
+        copy_steps += sum("copy" in e.tree_sources for e in r.events)
         copied += r.summary.accepted_by_source["copy"]
     assert accepted > RUNS * 0.3, "drafts were rarely accepted: the test would not exercise rejection"
-    if copy_branch:  # the copy chain's own nodes (not shared with the head's) were accepted, too
-        assert copied > RUNS * 0.05, f"the copy chain was accepted only {copied} times"
+    if copy_branch:  # the copy chain's own nodes (not shared with the head's) were in the trees
+        assert copy_steps > RUNS * 0.1, f"only {copy_steps} steps had a copy-chain node"
+        assert copied > 0, "no copy-chain token was ever accepted"
     for counts, probs in ((c2, p2), (c3, p3)):
         stat, df = chi_square(counts, probs)
         assert stat < CHI2_001[df - 1], f"chi2={stat:.1f} df={df}: empirical {counts/RUNS} vs exact {probs}"
