@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
+from app.served import ROOT, connect, free_port, start_app, stop_app
 
 PROMPT = "Write a short story about a robot who learns to paint."
-ROOT = Path(__file__).resolve().parent.parent
 KNOBS = ("depth", "top_k", "total_tokens", "temperature", "top_p", "seed", "capacity")
 
 
@@ -47,27 +45,6 @@ def engine_worker(method: str | None, device: str | None) -> None:
         result = engine.generate(req["prompt"], **req["options"])
         wall = time.perf_counter() - t0
         print(json.dumps({"tokens": result.summary.new_tokens, "wall_s": wall}), flush=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _connect(url: str, server: subprocess.Popen, timeout_s: float = 300.0, download_files: bool = True):
-    from gradio_client import Client
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if server.poll() is not None:
-            raise RuntimeError(f"the app exited with code {server.returncode} before it served")
-        try:
-            return Client(url, verbose=False, **({} if download_files else {"download_files": False}))
-        except Exception:  # noqa: BLE001 — not up yet
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -92,15 +69,13 @@ def main(argv: list[str] | None = None) -> None:
                                *(["--method", args.method] if args.method else []),
                                *(["--device", args.device] if args.device else [])],
                               cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "app.py", "--host", "127.0.0.1", "--port", str(port),
-                               *(["--device", args.device] if args.device else [])],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = free_port()
+    server = start_app(port, *(["--device", args.device] if args.device else []))
     try:
         hello = json.loads(worker.stdout.readline())
         method = hello["method"]
         opts = {**{k: DEFAULTS[k] for k in KNOBS}, "method": method, "max_new_tokens": args.max_new_tokens}
-        client = _connect(f"http://127.0.0.1:{port}/", server, download_files=args.download_files)
+        client = connect(f"http://127.0.0.1:{port}/", server, download_files=args.download_files)
         ui_args = [args.prompt, method, opts["max_new_tokens"], *(opts[k] for k in KNOBS)]
 
         def engine_run() -> tuple[int, float]:
@@ -121,10 +96,9 @@ def main(argv: list[str] | None = None) -> None:
             engine_tps.append(n / wall)
             app_tps.append(n / app_run())  # greedy: the app emits the same n tokens
     finally:
-        server.terminate()
+        stop_app(server)
         worker.stdin.close()
         worker.terminate()
-        server.wait(30)
         worker.wait(30)
     e, a = statistics.median(engine_tps), statistics.median(app_tps)
     print(f"pair: {hello['pair']} on {hello['device']}; method {method}; {args.max_new_tokens} new tokens; "
