@@ -17,6 +17,7 @@ from app.decoding import lower_server_priority
 from app import zerogpu
 from app.models import pair_loader
 from app.pairs import PairProvider, preset_provider
+from app.trace import MAX_UPLOAD_BYTES
 from app.ui import build_app
 
 
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         demo = build_app(tiny_loader(), device_hint=args.device)
     else:
         demo = build_app(provider=startup_provider(args))
-    demo.launch(server_name=args.host, server_port=args.port)
+    demo.launch(server_name=args.host, server_port=args.port, max_file_size=MAX_UPLOAD_BYTES)
 
 
 def startup_provider(args: argparse.Namespace) -> PairProvider:

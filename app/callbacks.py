@@ -20,14 +20,14 @@ import pandas as pd
 import plotly.io as pio
 from gradio.components.plot import PlotData
 
-from nanospec import RunSummary, metrics, stop_message, summarize
+from nanospec import RunSummary, load_trace, metrics, stop_message, summarize
 
 from . import charts
 from .decoding import StepPump, decode_thread
 from .inputs import DEFAULTS, METHODS, generation_options, parse_prompt
 from .models import EngineProvider
 from .race import lane, race_html
-from .trace import RunView, TokenDecoder, load_view, save_downloads
+from .trace import RunView, TokenDecoder, load_view, save_downloads, uploaded_file
 from .zerogpu import InlinePump, gpu_decoder
 from .zerogpu import active as zerogpu_active
 
@@ -225,22 +225,21 @@ class Explorer:
         """A trace file was uploaded: show it like a finished run, without any model."""
         if not path:
             return tuple(gr.skip() for _ in LIVE_OUTPUTS)
-        tokenizer = None
-        loaded = self.provider.loaded  # use the tokenizer only if a model is already up and matches
+        name = Path(str(path)).name
         try:
-            if loaded is not None:
-                from nanospec.events import load_trace
-
-                events, _, _ = load_trace(path)
-                if events and events[0].vocab_size == loaded[0].vocab_size:
-                    tokenizer = loaded[0].tokenizer
+            path = uploaded_file(path)
+            loaded = self.provider.loaded  # use the tokenizer only if a model is already up and matches
+            events, _, _ = load_trace(path)
+            tokenizer = loaded[0].tokenizer if loaded and events and events[0].vocab_size == loaded[0].vocab_size else None
             view = load_view(path, tokenizer)
+            view.meta.setdefault("replayed_from", name)
+            return self.live_outputs(view, charts_too=True)
         except ValueError as exc:
             raise fail("cannot replay", exc) from None
         except OSError as exc:
             raise fail("cannot read the uploaded file", exc) from None
-        view.meta.setdefault("replayed_from", Path(str(path)).name)
-        return self.live_outputs(view, charts_too=True)
+        except Exception as exc:  # noqa: BLE001 — whatever a file holds, the page gets a message
+            raise fail("cannot replay", f"{name} is not a readable NanoSpec trace ({type(exc).__name__})") from None
 
     # -- compare tab ----------------------------------------------------------------------
     def run_compare(self, prompt_text, methods, max_new_tokens, depth, top_k, total_tokens, temperature, top_p,

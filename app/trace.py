@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,27 @@ from nanospec import metrics
 from nanospec.events import RunSummary, StepEvent, events_to_frame, load_trace, save_trace
 
 PENDING = "\ufffd"  # what a byte-level tokenizer decodes half a UTF-8 character to
+MAX_UPLOAD_BYTES = 10 * 2**20  # a trace of a 512-token run is well under 2 MB
+
+
+def upload_folder() -> Path:
+    """Where Gradio keeps uploaded files (its `GRADIO_TEMP_DIR`, by default `<temp>/gradio`)."""
+    return Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio").resolve()
+
+
+def uploaded_file(path: str | Path) -> Path:
+    """`path` if it is a file inside Gradio's upload folder and at most `MAX_UPLOAD_BYTES`, else ValueError.
+
+    Gradio itself refuses API calls that name files nobody uploaded; this check keeps that true
+    whatever reaches the callback."""
+    resolved = Path(path).resolve()
+    if not resolved.is_relative_to(upload_folder()) or not resolved.is_file():
+        raise ValueError(f"{Path(path).name} was not uploaded to this app")
+    size = resolved.stat().st_size
+    if size > MAX_UPLOAD_BYTES:
+        raise ValueError(f"{resolved.name} is {size / 2**20:.1f} MB; traces up to {MAX_UPLOAD_BYTES // 2**20} MB "
+                         "are accepted")
+    return resolved
 
 
 class TokenDecoder:

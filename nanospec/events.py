@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -88,7 +90,43 @@ class StepEvent:
         missing = names - set(d) - {"phases", "tree_sources"}
         if missing:
             raise ValueError(f"not a NanoSpec trace step: missing fields {sorted(missing)}")
-        return cls(**{k: v for k, v in d.items() if k in names})
+        event = cls(**{k: v for k, v in d.items() if k in names})
+        check_types(event, f"step {d.get('step')!r}")
+        for name in ("tree_tokens", "accepted_tokens", "tokens"):
+            if any(not 0 <= t < event.vocab_size for t in getattr(event, name)):
+                raise ValueError(f"step {event.step}: field {name!r} holds ids outside [0, {event.vocab_size})")
+        return event
+
+
+def check_types(record, where: str) -> None:
+    """ValueError naming the field when a dataclass read from a file holds a value of the wrong type."""
+    hints = typing.get_type_hints(type(record))
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if not _is(value, hints[f.name]):
+            raise ValueError(f"{where}: field {f.name!r} must be {_type_name(hints[f.name])}; got {value!r:.60}")
+
+
+def _is(value, hint) -> bool:
+    """`value` matches `hint` (int, float, bool, str, X | None, list[X], dict[str, X]); ints pass as floats."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is(value, a) for a in args)
+    if origin is list:
+        return isinstance(value, list) and all(_is(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_is(k, args[0]) and _is(v, args[1]) for k, v in value.items())
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**62
+    return isinstance(value, hint)
+
+
+def _type_name(hint) -> str:
+    return getattr(hint, "__name__", None) if typing.get_origin(hint) is None else str(hint).replace("typing.", "")
 
 
 @dataclass
@@ -227,10 +265,19 @@ def load_trace(path: str | Path) -> tuple[list[StepEvent], RunSummary | None, di
         doc = json.loads(path.read_text())
         if not isinstance(doc, dict) or doc.get("format") != "nanospec-trace":
             raise ValueError("no 'format': 'nanospec-trace' header")
+        if not isinstance(doc.get("events"), list):
+            raise ValueError("field 'events' must be a list of steps")
         events = [StepEvent.from_dict(e) for e in doc["events"]]
         summary = RunSummary(**doc["summary"]) if doc.get("summary") else None
-        return events, summary, doc.get("meta", {})
+        if summary is not None:
+            check_types(summary, "summary")
+        meta = doc.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise ValueError("field 'meta' must be an object")
+        return events, summary, meta
     except ValueError as exc:
         raise ValueError(f"{path.name} is not a NanoSpec trace (.json or .csv saved by NanoSpec): {exc}") from None
-    except (KeyError, TypeError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+    except (KeyError, TypeError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"{path.name} is not a NanoSpec trace (.json or .csv saved by NanoSpec): {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{path.name} is not a NanoSpec trace: its JSON is nested too deeply") from None
