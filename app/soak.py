@@ -113,6 +113,7 @@ def run_soak(url: str, server, clients: int, runs: int, max_new_tokens: int, met
                 if got != reference[prompt]:
                     report.mismatches.append(f"client {c} run {r}: prompt {prompts.index(prompt)}")
                 done[0] += 1
+                log(f"run {done[0]}: client {c}, {latency:.1f} s, {'same' if got == reference[prompt] else 'DIFFERENT'}")
                 if done[0] % 10 == 0:
                     report.rss_mb[done[0]] = rss_mb(server.pid)
                     log(f"{done[0]} runs: server RSS {report.rss_mb[done[0]]:.0f} MB")
@@ -155,12 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=8, help="distinct prompts (held-out set)")
     parser.add_argument("--tiny", action="store_true", help="the tiny random engine instead of the default pair")
     parser.add_argument("--port", type=int, default=0, help="0 = a free port")
+    parser.add_argument("--ui-nice", type=int, default=None, help="passed to app.py (its default: 10)")
     parser.add_argument("--json", default=None, help="write the report as JSON")
     args = parser.parse_args(argv)
     if args.clients < 1 or args.runs < 1:
         parser.error("--clients and --runs must be at least 1")
     port = args.port or free_port()
-    server = start_app(port, *(["--tiny"] if args.tiny else []))
+    app_args = (["--tiny"] if args.tiny else []) + ([f"--ui-nice={args.ui_nice}"] if args.ui_nice is not None else [])
+    server = start_app(port, *app_args)
     try:
         report = run_soak(f"http://127.0.0.1:{port}/", server, args.clients, args.runs, args.max_new_tokens,
                           args.method, soak_prompts(args.prompts), log=lambda m: print(m, flush=True))
