@@ -94,8 +94,9 @@ def generation_options(method, max_new_tokens, depth, top_k, total_tokens, tempe
     for name in INT_OPTIONS:
         opts[name] = _as_int(name, opts[name])
     for name in ("temperature", "top_p"):
-        if isinstance(opts[name], int) and not isinstance(opts[name], bool):
-            opts[name] = float(opts[name])
+        if isinstance(opts[name], bool) or not isinstance(opts[name], (int, float)):
+            raise ValueError(f"{name} must be a number; got {opts[name]!r}")
+        opts[name] = float(opts[name])
     # the app's own bounds (a shared Space should not run a million tokens); the engine checks types
     for name, (lo, hi) in LIMITS.items():
         value = opts[name]

@@ -252,7 +252,9 @@ def test_generation_options_coerce_and_bound():
                         (("ar", 10_000, 4, 6, 24, 0, 1, 0, 3072), "max_new_tokens"),
                         (("ar", 16, 4, 6, 24, -1.0, 1, 0, 3072), "temperature"),
                         (("ar", 16, 4, 6, 24, 0, 1, 2.5, 3072), "seed"),
-                        (("ar", "many", 4, 6, 24, 0, 1, 0, 3072), "max_new_tokens")):
+                        (("ar", "many", 4, 6, 24, 0, 1, 0, 3072), "max_new_tokens"),
+                        (("ar", 16, 4, 6, 24, True, 1, 0, 3072), "temperature must be a number"),
+                        (("ar", 16, 4, 6, 24, 0, "1", 0, 3072), "top_p must be a number")):
         with pytest.raises(ValueError, match=match):
             generation_options(*args)
     assert not math.isnan(generation_options("ar", 1, 1, 1, 2, 2.0, 0.05, 2**31 - 1, 64)["top_p"])
