@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import types
@@ -100,11 +101,16 @@ class StepEvent:
 
 def check_types(record, where: str) -> None:
     """ValueError naming the field when a dataclass read from a file holds a value of the wrong type."""
-    hints = typing.get_type_hints(type(record))
+    hints = _type_hints(type(record))
     for f in fields(record):
         value = getattr(record, f.name)
         if not _is(value, hints[f.name]):
             raise ValueError(f"{where}: field {f.name!r} must be {_type_name(hints[f.name])}; got {value!r:.60}")
+
+
+@functools.cache
+def _type_hints(cls) -> dict:
+    return typing.get_type_hints(cls)
 
 
 def _is(value, hint) -> bool:
