@@ -47,6 +47,8 @@ class EngineProvider:
                     f"**device:** {self.device_hint}")
         engine, info = self._pair
         head = _short_path(info.head) if info.head else "none (only `ar` runs)"
+        if info.head and getattr(info, "head_family", None):
+            head += f" ({'EAGLE-3' if info.head_family == 'eagle3' else 'EAGLE-1/2'})"
         notes = "".join(f" · {note}" for note in getattr(info, "notes", []))
         return (f"**Target:** {info.target} · **draft head:** {head} · **device:** {info.device} · "
                 f"**dtype:** {info.dtype} · **V** = {info.vocab_size:,} · hidden {info.hidden_size}{notes}")

@@ -25,7 +25,8 @@ def _progress_bar():
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="hub id or local folder (default: offline SmolLM2-135M-Instruct)")
-    p.add_argument("--head", default=None, help="EAGLE-1/2 head: folder or hub id (default: the shipped head for the default model)")
+    p.add_argument("--head", default=None,
+                   help="EAGLE-1/2 or EAGLE-3 head folder or hub id (default: the shipped head for the default model)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: CUDA if available)")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on GPU, fp32 on CPU)")
     p.add_argument("--freq-table", default=None, help="token-frequency table for static/hybrid")
@@ -107,7 +108,7 @@ def cmd_generate(a) -> int:
             print(engine.tokenizer.decode(event.tokens, skip_special_tokens=True), end="", flush=True)
     s = run.summary
     print(("\n" if a.stream else "") + ("" if a.stream else s.text))
-    print(f"\n[{info.target} | {a.method} | {info.device}] {s.new_tokens} tokens in {s.wall_s:.2f} s = "
+    print(f"\n[{info.target} + {info.head_family or 'no'} head | {a.method} | {info.device}] {s.new_tokens} tokens in {s.wall_s:.2f} s = "
           f"{s.tokens_per_s:.2f} tok/s, tau {s.tau:.2f}, mean active {s.mean_active:.0f} "
           f"({100 * s.active_frac:.2f}% of V), coverage "
           f"{'-' if s.coverage is None else f'{100 * s.coverage:.1f}%'}, draft {s.draft_ms_per_step:.2f} ms/step, "
@@ -138,7 +139,7 @@ def cmd_compare(a) -> int:
     table = compare(engine, prompts, methods, _decode_options(a), prompt_lookup=a.prompt_lookup,
                     progress=_prompt_progress, repeat=a.repeat, copy_branches=tuple(a.copy_branch))
     print(file=sys.stderr)
-    print(f"target {info.target} (V={info.vocab_size}, H={info.hidden_size}) | head {info.head} | "
+    print(f"target {info.target} (V={info.vocab_size}, H={info.hidden_size}) | head {info.head} ({info.head_family}) | "
           f"device {info.device} {info.dtype} | {len(prompts)} prompts x {a.repeat} | "
           f"max_new_tokens {a.max_new_tokens} | tree depth {a.depth} top_k {a.top_k} total {a.total_tokens} | "
           f"temperature {a.temperature} | copy-branch ngram {a.copy_ngram}")

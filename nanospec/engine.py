@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
@@ -19,9 +20,13 @@ from .copy_branch import SOURCE_NAMES, CopyBranch, drop_padding
 from .cpu_linear import PackedLinear
 from .cpu_linear import pack_linears as pack_modules
 from .drafters.base import Drafter
+from .draft_vocab import DraftVocab, needs_mapping
 from .drafters.eagle import EagleDrafter
+from .drafters.eagle3 import Eagle3Drafter
 from .events import RunSummary, StepEvent, summarize
+from .features import FeatureRecorder
 from .head import EagleHead, check_head_matches, check_head_placement
+from .head3 import Eagle3Head, check_eagle3_head
 from .kv import compact_cache, new_cache
 from .timing import PhaseTimer, sync
 from .tree import DraftTree, tree_attention_mask, tree_position_ids
@@ -108,8 +113,15 @@ class SpecEngine:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.head = head
+        # EAGLE-3 reads three target states (features.py): hooks keep only those, on every target call
+        self._features: FeatureRecorder | None = None
+        if isinstance(head, Eagle3Head):
+            check_eagle3_head(head, model.config)
+            self._features = FeatureRecorder(model).attach()
+            weakref.finalize(self, self._features.detach)      # the hooks go with the engine
         if head is not None:
-            check_head_matches(head.config, model.config)
+            if not isinstance(head, Eagle3Head):
+                check_head_matches(head.config, model.config)
             check_head_placement(head, model)
         # fp32 on CPU: pre-pack every linear weight for oneDNN, in place (cpu_linear.py); the
         # target, the head and the full/static drafter LM heads all get it, so no method gains
@@ -251,7 +263,7 @@ class SpecEngine:
                 top = self._prefill_topk(hidden, cfg.vocab.ctx_topk)       # [n, k]
                 added = vocab.begin_request(ids[0], top)
             with timer.phase("draft_layers"):
-                drafter.begin(ids[0], hidden, first)
+                drafter.begin(ids[0], self._draft_features(hidden), first)
         state = _State(cache, n, first, first_dev, 0, gen)
         if vocab is not None and cfg.tree.copy_branch:
             state.copy = CopyBranch(cfg.tree.copy_branch, cfg.tree.copy_ngram, self.device)
@@ -295,7 +307,7 @@ class SpecEngine:
         with timer.phase("vocab_update"):
             added = vocab.commit(proposal, acc.n_new)
         next_tokens = torch.cat([tree.tokens[keep[1:]], acc.bonus_dev])
-        drafter.update(out.hidden[keep], next_tokens, timer)
+        drafter.update(self._draft_features(out.hidden)[keep], next_tokens, timer)
         if state.copy is not None:
             state.copy.append(next_tokens)
         state.length = L + len(path)
@@ -391,17 +403,30 @@ class SpecEngine:
         v = cfg.vocab
         key = (cfg.method, v.capacity, v.static_size, v.core_size)
         if key not in self._vocabs:
-            lm_head = self.model.get_output_embeddings()
-            self._vocabs[key] = build_vocab(cfg.method, self.lm_head_weight, capacity=v.capacity,
-                                            frequent_ids=self.frequent_ids, static_size=v.static_size,
-                                            core_size=v.core_size,
-                                            lm_head=lm_head if isinstance(lm_head, PackedLinear) else None,
-                                            pack_fixed=self.packed_linears > 0)
+            # EAGLE-3 heads score their own lm_head rows (draft ids); others the target's LM head
+            eagle3 = isinstance(self.head, Eagle3Head)
+            lm_head = self.head.lm_head if eagle3 else self.model.get_output_embeddings()
+            mapped = eagle3 and needs_mapping(self.head.d2t, self.vocab_size)
+            frequent = self.frequent_ids
+            if mapped and frequent is not None:      # frequent target ids inside the draft vocabulary, as draft ids
+                d = DraftVocab.index_of(self.head.d2t, self.vocab_size)[frequent.to(self.head.d2t.device)]
+                frequent = d[d < self.head.d2t.shape[0]]
+            vocab = build_vocab(cfg.method, lm_head.weight, capacity=v.capacity, frequent_ids=frequent,
+                                static_size=v.static_size, core_size=v.core_size,
+                                lm_head=lm_head if isinstance(lm_head, PackedLinear) else None,
+                                pack_fixed=self.packed_linears > 0)
+            self._vocabs[key] = DraftVocab(vocab, self.head.d2t, self.head.t2d) if mapped else vocab
         return self._vocabs[key]
+
+    def _draft_features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """What the drafter reads: the final hidden states [q, H], or EAGLE-3's three fused states [q, 3H]."""
+        return hidden if self._features is None else self._features.take()[0]
 
     def _new_drafter(self) -> Drafter:
         if self.drafter_factory is not None:
             return self.drafter_factory()
+        if isinstance(self.head, Eagle3Head):
+            return Eagle3Drafter(self.head, self.model.get_input_embeddings())
         return EagleDrafter(self.head, self.model.get_input_embeddings())
 
 

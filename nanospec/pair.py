@@ -9,6 +9,7 @@ from . import hub
 from .default_model import ProgressFn, is_default_alias
 from .engine import SpecEngine
 from .head import load_head
+from .head3 import is_eagle3_folder, load_eagle3
 from .paths import ASSETS
 
 DEFAULT_HEAD = ASSETS / "heads" / "smollm2-135m-eagle"
@@ -24,6 +25,7 @@ class PairInfo:
     vocab_size: int
     hidden_size: int
     notes: list[str] = field(default_factory=list)  # what loading decided, one sentence each
+    head_family: str | None = None   # "eagle" (EAGLE-1/2) or "eagle3"; None without a head
 
 
 def missing_before_load(methods: list[str], model: str | None = None, head: str | Path | None = None,
@@ -66,14 +68,18 @@ def load_pair(model: str | None = None, head: str | Path | None = None, *, devic
     draft = None
     if head is not None:
         head_path = hub.fetch_folder(str(head), "draft head", progress)
-        draft = load_head(head_path, target=target, device=loaded.device, dtype=loaded.dtype)
+        if is_eagle3_folder(head_path):
+            draft = load_eagle3(head_path, target=target, device=loaded.device, dtype=loaded.dtype)
+        else:
+            draft = load_head(head_path, target=target, device=loaded.device, dtype=loaded.dtype)
     vocab = target.get_output_embeddings().weight.shape[0]
     engine = SpecEngine(target, loaded.tokenizer, draft, frequent_ids=_frequent_ids(freq_table, vocab),
                         pack_linears=pack_linears)
     info = PairInfo(target=loaded.name if name is None or loaded.source == "default" else str(name),
                     head=str(head) if head is not None else None, device=str(loaded.device),
                     dtype=str(loaded.dtype).removeprefix("torch."), vocab_size=vocab,
-                    hidden_size=target.config.hidden_size, notes=list(draft.notes) if draft is not None else [])
+                    hidden_size=target.config.hidden_size, notes=list(draft.notes) if draft is not None else [],
+                    head_family=head_family(draft))
     return engine, info
 
 
@@ -93,3 +99,10 @@ def _frequent_ids(freq_table: str | Path | None, vocab: int):
         raise ValueError(f"frequency table {table} has {counts.shape[0]} entries; the target's vocabulary has {vocab}")
     return None
 
+
+
+def head_family(head) -> str | None:
+    """'eagle3' for an EAGLE-3 head, 'eagle' for an EAGLE-1/2 head, None for no head."""
+    if head is None:
+        return None
+    return getattr(head, "family", "eagle")

@@ -127,7 +127,8 @@ class ActiveVocab:
         self.buffer = torch.empty(total, hidden, dtype=w.dtype, device=self.device)  # [S, H]
         self.ids = torch.full((total,), -1, dtype=torch.long, device=self.device)
         self.member = torch.zeros(self.vocab_size + 1, dtype=torch.bool, device=self.device)
-        self._first = torch.empty(self.vocab_size, dtype=torch.long, device=self.device)
+        # +1: the dummy id V, which a mapped vocabulary (draft_vocab.py) uses for ids it cannot hold
+        self._first = torch.empty(self.vocab_size + 1, dtype=torch.long, device=self.device)
         self.stream = torch.cuda.Stream(self.device) if (side_stream and self.device.type == "cuda") else None
         self.ready: torch.cuda.Event | None = None
         self.rows_gathered = 0  # rows copied from the LM head since construction (test hook)
@@ -179,7 +180,7 @@ class ActiveVocab:
         # first occurrence of each id within the candidates (scatter-min over V)
         self._first.fill_(m)
         self._first.scatter_reduce_(0, cand, pos, reduce="amin")
-        fresh = (self._first[cand] == pos) & ~self.member[cand]
+        fresh = (self._first[cand] == pos) & ~self.member[cand] & (cand < self.vocab_size)
         # stable sort puts the fresh ids first, in the order they were seen
         order = torch.sort((~fresh).to(torch.int8), stable=True).indices
         return Proposal(ids=cand[order], n_new=fresh.sum())

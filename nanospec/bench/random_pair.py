@@ -79,3 +79,17 @@ def write_random_pair(out: str | Path, vocab: int, hidden: int, layers: int,
             pass
     save_head(random_head(target.config, seed + 1), out / "head")
     return out / "target", out / "head"
+
+
+def random_eagle3_head(target_config, draft_ids: torch.Tensor | None = None, seed: int = 1,
+                       dtype: torch.dtype = torch.float32):
+    """A random EAGLE-3 head for `target_config`; `draft_ids` (target ids) prune its draft vocabulary."""
+    from ..head3 import Eagle3Head, d2t_from_ids, eagle3_config_from_target, t2d_from_d2t
+
+    torch.manual_seed(seed)
+    n = int(draft_ids.shape[0]) if draft_ids is not None else None
+    head = Eagle3Head(eagle3_config_from_target(target_config, n))
+    if draft_ids is not None:
+        head.d2t = d2t_from_ids(draft_ids)
+        head.t2d = t2d_from_d2t(head.d2t, target_config.vocab_size)
+    return head.to(dtype).eval().requires_grad_(False)

