@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import METHODS, GenerationConfig, VocabConfig, default_tree
+from .config import METHODS, GenerationConfig, TreeConfig, VocabConfig, default_tree
 
 
 def _progress_bar():
@@ -35,7 +35,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
-    v = VocabConfig()
+    t, v = TreeConfig(), VocabConfig()
     cpu, gpu = default_tree("cpu"), default_tree("cuda")
     p.add_argument("--max-new-tokens", type=int, default=128)
     for name in ("depth", "top_k", "total_tokens"):

@@ -88,7 +88,8 @@ def test_sliding_window_targets_are_rejected():
 
 
 def test_default_tree_depends_on_the_device(engine, prompts):
-    assert vars(default_tree("cuda")) == dict(depth=6, top_k=10, total_tokens=60)
+    gpu = default_tree("cuda")
+    assert (gpu.depth, gpu.top_k, gpu.total_tokens, gpu.copy_branch) == (6, 10, 60, 0)
     assert default_tree("cpu") == TreeConfig()
     run = engine.stream(prompts[0], method="full", max_new_tokens=4)
     assert run.config.tree == default_tree(engine.device)

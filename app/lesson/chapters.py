@@ -231,4 +231,5 @@ def live_settings(lesson: Lesson, number: int, prompt_id: str) -> dict:
     """What "Try it live" puts into the app's controls: the chapter's prompt and decoding settings."""
     settings = (lesson.info.get("settings") or {})
     return {"prompt": lesson.prompt(prompt_id)["text"], "max_new_tokens": settings.get("max_new_tokens", 96),
-            "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": DEFAULTS["capacity"], **chapter(number).live}
+            "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": DEFAULTS["capacity"],
+            "copy_branch": DEFAULTS["copy_branch"], **chapter(number).live}

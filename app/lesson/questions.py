@@ -20,6 +20,7 @@ PHASE_WORDS = {"draft_layers": "the draft layers (the small transformer)",
                "lm_head": "the LM head (scoring the vocabulary)",
                "gather_wait": "waiting for LM-head rows to be gathered",
                "topk": "picking the top-k candidates"}
+QUESTION_PHASES = tuple(p for p in DRAFT_PHASES if p in PHASE_WORDS)
 MISS_WORDS = {"none": "no miss: the accepted path ran to a leaf of the tree",
               "draft": "a draft miss: the token was in the active set but ranked too low",
               "vocab": "a vocab miss: the token was not in the active set"}
@@ -81,7 +82,8 @@ def tree_question(lesson: Lesson, run: LessonRun) -> Question:
 
 def _phase_totals(run: LessonRun) -> dict[str, float]:
     decode = run.frame[run.frame["step"] > 0]
-    return {p: float(decode[f"phase_{p}"].sum()) for p in DRAFT_PHASES}
+    # the drafter phases the question names (a trace recorded without the copy branch has no copy_lookup)
+    return {p: float(decode[f"phase_{p}"].sum()) if f"phase_{p}" in decode else 0.0 for p in QUESTION_PHASES}
 
 
 def _phase_question(run: LessonRun, text: str, step: int) -> Question:
@@ -92,7 +94,7 @@ def _phase_question(run: LessonRun, text: str, step: int) -> Question:
     why = (f"In this recording {PHASE_WORDS[top].split(' (')[0]} took {totals[top] / steps:.1f} ms of the "
            f"drafter's {draft / steps:.1f} ms per step ({totals[top] / draft:.0%}), measured by the engine's "
            "phase timer." if draft > 0 else "No draft time was recorded.")
-    return Question(text, [PHASE_WORDS[p] for p in DRAFT_PHASES], list(DRAFT_PHASES).index(top), why, step)
+    return Question(text, [PHASE_WORDS[p] for p in QUESTION_PHASES], list(QUESTION_PHASES).index(top), why, step)
 
 
 def bottleneck_question(lesson: Lesson, run: LessonRun) -> Question:
