@@ -125,6 +125,11 @@ def _read_state(folder: Path) -> dict[str, torch.Tensor]:
     raise ValueError(f"draft head folder {folder} has none of {', '.join(WEIGHT_FILES)}")
 
 
+def llama_config_from_json(raw: dict) -> LlamaConfig:
+    """A head's config.json as a LlamaConfig (its `architectures` / `model_type` name the head, not Llama)."""
+    return LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
+
+
 def load_head(folder: str | Path, target=None, device: torch.device | str = "cpu",
               dtype: torch.dtype | None = None) -> EagleHead:
     """Load an EAGLE-1/2 head folder; when `target` is given, check it matches (ValueError if not)."""
@@ -134,7 +139,7 @@ def load_head(folder: str | Path, target=None, device: torch.device | str = "cpu
     raw = json.loads((folder / "config.json").read_text())
     bias = bool(raw.pop("bias", True))
     qkv_bias = bool(raw.pop("qkv_bias", False))
-    config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
+    config = llama_config_from_json(raw)
     state = _read_state(folder)
     # older public heads carry per-layer `rotary_emb.inv_freq` buffers; rotary tables are recomputed here
     state = {k.removeprefix("model."): v for k, v in state.items() if "rotary_emb." not in k}

@@ -26,7 +26,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from .head import _read_state, _reuse_target_embedding, head_config_from_target
+from .head import _read_state, _reuse_target_embedding, head_config_from_target, llama_config_from_json
 
 ARCH = "LlamaForCausalLMEagle3"
 
@@ -181,7 +181,7 @@ def load_eagle3(folder: str | Path, target=None, device: torch.device | str = "c
     if not (folder / "config.json").is_file():
         raise ValueError(f"EAGLE-3 head folder {folder} must contain config.json")
     raw = json.loads((folder / "config.json").read_text())
-    config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
+    config = llama_config_from_json(raw)
     config.draft_vocab_size = int(raw.get("draft_vocab_size") or config.vocab_size)
     state = _eagle_layout(_read_state(folder))
     if "d2t" not in state:
