@@ -133,42 +133,33 @@ def _frequent_ids(n: int, vocab: int) -> torch.Tensor:
     return torch.arange(min(n, vocab))
 
 
-def main(argv: list[str] | None = None) -> int:
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--arch", choices=("eagle2", "eagle3"), default="eagle2")
-    known, rest = pre.parse_known_args(argv)
-    if known.arch == "eagle3":
-        from .eagle3_cli import main as eagle3_main
-        return eagle3_main(rest)
-    args = build_parser().parse_args(argv)
+def _check_args(args) -> None:
     if (min(args.instructions, args.open_instructions, args.open_rounds, args.unroll_epochs) < 0
             or args.epochs < (0 if args.init_head else 1) or args.max_new_tokens < 2 or args.unroll_steps < 2):
         raise ValueError("--instructions, --open-instructions, --open-rounds and --unroll-epochs must be >= 0, "
                          "--epochs >= 1 (>= 0 with --init-head), --unroll-steps >= 2 and --max-new-tokens >= 2")
     if args.init_head and not (Path(args.init_head) / "config.json").is_file():
         raise FileNotFoundError(f"--init-head: no head (config.json) in {args.init_head}")
-    settings = parse_settings(args.eval) if args.eval else []
-    torch.set_num_threads(args.threads)
-    show = not args.no_progress
-    if args.eval_only:
-        evals = evaluate_tau(Path(args.out), settings, args.eval_tokens, args.eval_limit, show)  # '' = top-1 only
-        print(json.dumps([{k: v for k, v in e.items()} for e in evals], indent=2))
-        return 0
+
+
+def _conversations(args) -> tuple[list, list]:
+    """The train prompts plus the templated instructions, and the open-ended instructions (all rounds);
+    none of them is a held-out prompt."""
     from .instructions import make_instructions
-    from ..loading import load_target
     from .open_instructions import make_open_instructions
     from ..data.prompts import load_prompts, prompt_messages
 
-    loaded = load_target(args.model, device="cpu", dtype="float32")
-    target, tokenizer = loaded.model, loaded.tokenizer
-    cache = _cache_dir(args, loaded.name)
     heldout = [prompt_messages(p) for p in load_prompts(split="heldout")]
     convs = [prompt_messages(p) for p in load_prompts(split="train")]
     convs += make_instructions(args.instructions, seed=args.seed, exclude=heldout + convs)
     # one seeded list cut into rounds: make_open_instructions(n) is a prefix of make_open_instructions(2n)
     opens = make_open_instructions(args.open_instructions * args.open_rounds, seed=args.seed, exclude=heldout + convs)
-    times = {}
+    return convs, opens
 
+
+def _target_answers(args, loaded, convs, opens, cache: Path, show: bool, times: dict) -> list[Sample]:
+    """The target's answers to the templated instructions, then to each round of open instructions."""
+    target, tokenizer = loaded.model, loaded.tokenizer
     t0 = time.perf_counter()
     answers = generate_answers(target, tokenizer, convs, args.gen_batch, args.max_new_tokens, cache, show,
                                args.answer_batches)
@@ -179,8 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         answers += generate_answers(target, tokenizer, part, args.gen_batch, args.max_new_tokens,
                                     _cache_dir(args, loaded.name, "open", r), show)
     times["open_answers_s"] = time.perf_counter() - t0
-    convs += opens
+    return answers
 
+
+def _text_samples(args, target, tokenizer, cache: Path, show: bool, times: dict) -> list[Sample]:
+    """Teacher-forced Python stdlib chunks (cached in ``text.pt``); none with ``--text-tokens 0``."""
     t0 = time.perf_counter()
     text: list[Sample] = []
     if args.text_tokens > 0:
@@ -191,17 +185,21 @@ def main(argv: list[str] | None = None) -> int:
             text = teacher_forced_samples(target, stdlib_sequences(tokenizer, args.text_tokens, 256), 8, show)
             torch.save([s.__dict__ for s in text], text_path)
     times["text_features_s"] = time.perf_counter() - t0
+    return text
 
+
+def _split_answers(args, answers: list[Sample]) -> tuple[list[Sample], list[Sample], list[Sample]]:
+    """(answers, validation, training answers): seeded shuffle, 1/32 held for validation."""
     if args.prompt_loss:
         answers = [Sample(s.ids, s.feats, 0) for s in answers]
     rng = random.Random(args.seed)
     rng.shuffle(answers)
     n_val = max(1, len(answers) // 32)
-    val, train_set = answers[:n_val], answers[n_val:] + text
-    answer_tokens = sum(len(s.ids) - 2 - s.start for s in answers)
-    print(f"data: {len(convs)} instructions -> {len(answers)} answers ({answer_tokens} trained positions), "
-          f"{len(text)} text chunks ({sum(len(s.ids) for s in text)} tokens); {n_val} answers held for validation")
+    return answers, answers[:n_val], answers[n_val:]
 
+
+def _train_head(args, target, train_set, val, cache: Path, show: bool, times: dict):
+    """The one-step epochs, then the unrolled ones; returns (head, merged training stats)."""
     t0 = time.perf_counter()
     if args.init_head:
         head = load_head(args.init_head, target=target, dtype=torch.float32).train().requires_grad_(True)
@@ -224,6 +222,41 @@ def main(argv: list[str] | None = None) -> int:
                          seed=args.seed + 1, progress=show, unroll=args.unroll_steps)
         times["unroll_train_s"] = time.perf_counter() - t0
         stats = {"steps": stats["steps"] + unrolled["steps"], "history": stats["history"] + unrolled["history"]}
+    return head, stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--arch", choices=("eagle2", "eagle3"), default="eagle2")
+    known, rest = pre.parse_known_args(argv)
+    if known.arch == "eagle3":
+        from .eagle3_cli import main as eagle3_main
+        return eagle3_main(rest)
+    args = build_parser().parse_args(argv)
+    _check_args(args)
+    settings = parse_settings(args.eval) if args.eval else []
+    torch.set_num_threads(args.threads)
+    show = not args.no_progress
+    if args.eval_only:
+        evals = evaluate_tau(Path(args.out), settings, args.eval_tokens, args.eval_limit, show)  # '' = top-1 only
+        print(json.dumps([{k: v for k, v in e.items()} for e in evals], indent=2))
+        return 0
+    from ..loading import load_target
+
+    loaded = load_target(args.model, device="cpu", dtype="float32")
+    cache = _cache_dir(args, loaded.name)
+    convs, opens = _conversations(args)
+    times = {}
+    answers = _target_answers(args, loaded, convs, opens, cache, show, times)
+    convs += opens
+    text = _text_samples(args, loaded.model, loaded.tokenizer, cache, show, times)
+    answers, val, train_answers = _split_answers(args, answers)
+    train_set = train_answers + text
+    answer_tokens = sum(len(s.ids) - 2 - s.start for s in answers)
+    print(f"data: {len(convs)} instructions -> {len(answers)} answers ({answer_tokens} trained positions), "
+          f"{len(text)} text chunks ({sum(len(s.ids) for s in text)} tokens); {len(val)} answers held for validation")
+
+    head, stats = _train_head(args, loaded.model, train_set, val, cache, show, times)
     out = save_head(head.eval(), args.out, dtype=torch.float16)
     size = (out / "model.safetensors").stat().st_size
 
