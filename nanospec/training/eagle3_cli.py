@@ -105,57 +105,50 @@ def export(src: Path, out: Path) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _check_args(args) -> None:
     if args.steps < 1 or args.max_new_tokens < 2 or args.gen_batch < 1 or args.train_minutes < 0:
         raise ValueError("--steps and --gen-batch must be >= 1, --max-new-tokens >= 2, --train-minutes >= 0")
-    if args.export:
-        if not args.out:
-            raise ValueError("--export needs --out (the head folder to write)")
-        print(f"exported to {export(Path(args.export), Path(args.out))}")
-        return 0
-    torch.set_num_threads(args.threads)
-    from ..default_model import cache_root
-    from ..loading import load_target
-    from .eagle3_data import generate_data
-    from .eagle3_train import LoopConfig, init_eagle3_from_target, resume_head, train_loop
-    from .train_head import _frequent_ids
+    if args.export and not args.out:
+        raise ValueError("--export needs --out (the head folder to write)")
 
-    loaded = load_target(args.model, device="cpu", dtype="float32")
-    target, tokenizer = loaded.model, loaded.tokenizer
-    folder = _data_dir(args, loaded.name)
-    convs = conversations(args, folder)
-    print(f"{len(convs)} conversations planned; data in {folder}", flush=True)
+
+def _generate(args, loaded, convs: list, folder: Path) -> None:
+    """Cache the target's answers for at most ``--data-minutes`` (nothing with 0)."""
+    from .eagle3_data import generate_data
+
     t0 = time.perf_counter()
     if args.data_minutes > 0:
-        n = generate_data(target, tokenizer, convs, folder, args.gen_batch, args.max_new_tokens,
+        n = generate_data(loaded.model, loaded.tokenizer, convs, folder, args.gen_batch, args.max_new_tokens,
                           args.max_prompt_tokens, args.seed, time_budget_s=args.data_minutes * 60,
                           first_batch=args.first_batch)
         print(f"data: {n} batches cached ({(time.perf_counter() - t0) / 60:.1f} min)", flush=True)
-    if args.data_only:
-        return 0
 
-    files = sorted(folder.glob("batch-*.pt"))
-    if not files:
-        raise ValueError(f"no training data in {folder}: run with --data-minutes > 0")
-    def split(held_out: bool):
-        """Sample k of the cached files (in file order) is validation when k % 40 == 7, for the first
-        --val-sequences such samples; files written later only add training samples."""
-        out, k, tokens = [], 0, 0
-        for f in sorted(folder.glob("batch-*.pt")):
-            if tokens >= args.max_train_tokens:
-                break
-            for s in load_data_file(f):
-                tokens += len(s.ids)
-                if (k % 40 == 7 and k // 40 < args.val_sequences) == held_out:
-                    out.append(s)
-                k += 1
-        return out
 
-    val = split(True)
+def _split_samples(args, folder: Path, held_out: bool) -> list:
+    """Sample k of the cached files (in file order) is validation when k % 40 == 7, for the first
+    --val-sequences such samples; files written later only add training samples."""
+    out, k, tokens = [], 0, 0
+    for f in sorted(folder.glob("batch-*.pt")):
+        if tokens >= args.max_train_tokens:
+            break
+        for s in load_data_file(f):
+            tokens += len(s.ids)
+            if (k % 40 == 7 and k // 40 < args.val_sequences) == held_out:
+                out.append(s)
+            k += 1
+    return out
+
+
+def _train(args, argv, target, folder: Path) -> dict:
+    """Train (or resume) the head on the cached data; checkpoints and ``summary.json`` go in the run folder."""
+    from ..default_model import cache_root
+    from .eagle3_train import LoopConfig, init_eagle3_from_target, resume_head, train_loop
+    from .train_head import _frequent_ids
+
+    val = _split_samples(args, folder, True)
 
     def load_samples():
-        data = split(False)
+        data = _split_samples(args, folder, False)
         random.Random(args.seed).shuffle(data)
         return data
 
@@ -173,6 +166,28 @@ def main(argv: list[str] | None = None) -> int:
                         log=lambda m: print(m, flush=True))
     (run / "summary.json").write_text(json.dumps({"argv": argv, "data": str(folder), **result}, indent=2))
     print(f"done: {result['steps']} steps; checkpoints in {run}", flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _check_args(args)
+    if args.export:
+        print(f"exported to {export(Path(args.export), Path(args.out))}")
+        return 0
+    torch.set_num_threads(args.threads)
+    from ..loading import load_target
+
+    loaded = load_target(args.model, device="cpu", dtype="float32")
+    folder = _data_dir(args, loaded.name)
+    convs = conversations(args, folder)
+    print(f"{len(convs)} conversations planned; data in {folder}", flush=True)
+    _generate(args, loaded, convs, folder)
+    if args.data_only:
+        return 0
+    if not any(folder.glob("batch-*.pt")):
+        raise ValueError(f"no training data in {folder}: run with --data-minutes > 0")
+    _train(args, argv, loaded.model, folder)
     return 0
 
 
