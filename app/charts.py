@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -249,6 +250,90 @@ def _tree_y(parents: Sequence[int]) -> list[float]:
     return y
 
 
+@dataclass
+class _DrawnTree:
+    """One step's draft tree as drawn: the bonus token hangs off the last accepted node as one more node."""
+    row: pd.Series
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+    logprobs: list[float]
+    in_active: list[bool]
+    path: list[int]
+    sources: list[str]
+    bonus: int  # the bonus token's node index
+    x: list[float]
+    y: list[float]
+    on_path: set[int]
+    miss: bool  # the bonus token was a vocabulary miss
+
+    @classmethod
+    def from_row(cls, row: pd.Series) -> "_DrawnTree":
+        tokens, parents = list(row["tree_tokens"]), list(row["tree_parents"])
+        depths = list(row["tree_depths"])
+        path = list(row["accepted_path"])
+        sources = row.get("tree_sources")
+        sources = list(sources) if isinstance(sources, (list, tuple)) else []
+        sources = sources + ["head"] * (len(tokens) - len(sources))  # traces from before the copy branch
+        bonus = len(tokens)
+        tokens.append(int(row["bonus_token"]))
+        parents.append(path[-1])
+        depths.append(depths[path[-1]] + 1)
+        return cls(row, tokens, parents, depths, list(row["tree_logprobs"]), list(row["tree_in_active"]), path,
+                   sources, bonus, [float(d) for d in depths], _tree_y(parents), set(path),
+                   metrics.as_flag(row["coverage"]) is False)
+
+    def hover(self, i: int, token_text: Mapping[int, str] | None) -> str:
+        label = token_label(self.tokens[i], token_text)
+        if i == self.bonus:
+            status = "bonus token from the target" + (" — VOCAB MISS (outside the active set)" if self.miss else "")
+            return f"<b>{label}</b><br>id {self.tokens[i]}<br>{status}"
+        kind = "root (last emitted token)" if i == 0 else ("accepted" if i in self.on_path else "rejected")
+        active = "in" if self.in_active[i] else "OUT of"
+        source = self.sources[i]
+        origin = "" if i == 0 else f"<br>from {SOURCE_TEXT.get(source, source)}"
+        score = "copied from the context" if source == "copy" else f"draft log-prob {self.logprobs[i]:.3f}"
+        return (f"<b>{label}</b><br>id {self.tokens[i]} · depth {self.depths[i]}<br>"
+                f"{score}<br>{active} the active set<br>{kind}{origin}")
+
+
+def _tree_edges(t: _DrawnTree) -> list[dict]:
+    """Grey edges, and the accepted path (with the bonus edge) in green."""
+    edge_x, edge_y, path_x, path_y = [], [], [], []
+    for child, parent in enumerate(t.parents):
+        if parent < 0:
+            continue
+        accepted_edge = child in t.on_path or child == t.bonus
+        (path_x if accepted_edge else edge_x).extend([t.x[parent], t.x[child], None])
+        (path_y if accepted_edge else edge_y).extend([t.y[parent], t.y[child], None])
+    return [dict(type="scatter", x=edge_x, y=edge_y, mode="lines", name="edges", hoverinfo="skip",
+                 line=dict(color="#c8c8c8", width=1.2)),
+            dict(type="scatter", x=path_x, y=path_y, mode="lines", name="accepted path", hoverinfo="skip",
+                 line=dict(color="#2e9d5b", width=3.5))]
+
+
+def _tree_nodes(t: _DrawnTree, token_text: Mapping[int, str] | None) -> list[dict]:
+    """One marker trace per node group (rejected, accepted, root, bonus); drafted nodes' shape is their source."""
+    groups = (
+        ("drafted (rejected)", [i for i in range(1, t.bonus) if i not in t.on_path], "#b9c4d6", "circle", 11),
+        ("accepted", [i for i in t.path if i != 0], ORIGIN_COLORS[ACCEPTED], "circle", 14),
+        ("root", [0], "#555", "square", 14),
+        ("bonus", [t.bonus], ORIGIN_COLORS[VOCAB_MISS if t.miss else BONUS], "star", 20),
+    )
+    data = []
+    for name, idx, color, symbol, size in groups:
+        outline = ["#d64545" if i < t.bonus and not t.in_active[i] else "white" for i in idx]
+        if symbol == "circle":  # drafted nodes: the shape says which source proposed them
+            symbol = [SOURCE_SYMBOLS.get(t.sources[i], "circle") for i in idx]
+        data.append(dict(
+            type="scatter", x=[t.x[i] for i in idx], y=[t.y[i] for i in idx], mode="markers+text", name=name,
+            text=[token_label(t.tokens[i], token_text)[:14] for i in idx], textposition="middle right",
+            textfont=dict(size=11, color="#333"), customdata=list(idx),
+            hovertext=[t.hover(i, token_text) for i in idx], hoverinfo="text",
+            marker=dict(color=color, symbol=symbol, size=size, line=dict(color=outline, width=1.5))))
+    return data
+
+
 def tree_spec(frame: pd.DataFrame, step: int | None = None,
               token_text: Mapping[int, str] | None = None) -> dict:
     """The draft tree of one step (default: the latest): accepted path highlighted, bonus token added."""
@@ -256,71 +341,18 @@ def tree_spec(frame: pd.DataFrame, step: int | None = None,
         return _empty_spec("Draft tree", "no steps yet")
     rows = frame[frame["step"] == step] if step is not None else frame.iloc[[-1]]
     row = (rows if len(rows) else frame.iloc[[-1]]).iloc[0]
-    tokens, parents = list(row["tree_tokens"]), list(row["tree_parents"])
-    depths, logprobs, in_active = list(row["tree_depths"]), list(row["tree_logprobs"]), list(row["tree_in_active"])
-    path = list(row["accepted_path"])
-    sources = row.get("tree_sources")
-    sources = list(sources) if isinstance(sources, (list, tuple)) else []
-    sources = sources + ["head"] * (len(tokens) - len(sources))  # traces from before the copy branch
-    # the bonus token hangs off the last accepted node as one more node
-    bonus = len(tokens)
-    tokens.append(int(row["bonus_token"]))
-    parents.append(path[-1])
-    depths.append(depths[path[-1]] + 1)
-    y = _tree_y(parents)
-    x = [float(d) for d in depths]
-    on_path = set(path)
-    miss = metrics.as_flag(row["coverage"]) is False
-
-    edge_x, edge_y, path_x, path_y = [], [], [], []
-    for child, parent in enumerate(parents):
-        if parent < 0:
-            continue
-        accepted_edge = child in on_path or child == bonus
-        (path_x if accepted_edge else edge_x).extend([x[parent], x[child], None])
-        (path_y if accepted_edge else edge_y).extend([y[parent], y[child], None])
-    data = [dict(type="scatter", x=edge_x, y=edge_y, mode="lines", name="edges", hoverinfo="skip",
-                 line=dict(color="#c8c8c8", width=1.2)),
-            dict(type="scatter", x=path_x, y=path_y, mode="lines", name="accepted path", hoverinfo="skip",
-                 line=dict(color="#2e9d5b", width=3.5))]
-
-    def hover(i: int) -> str:
-        if i == bonus:
-            status = "bonus token from the target" + (" — VOCAB MISS (outside the active set)" if miss else "")
-            return f"<b>{token_label(tokens[i], token_text)}</b><br>id {tokens[i]}<br>{status}"
-        kind = "root (last emitted token)" if i == 0 else ("accepted" if i in on_path else "rejected")
-        active = "in" if in_active[i] else "OUT of"
-        origin = "" if i == 0 else f"<br>from {SOURCE_TEXT.get(sources[i], sources[i])}"
-        score = "copied from the context" if sources[i] == "copy" else f"draft log-prob {logprobs[i]:.3f}"
-        return (f"<b>{token_label(tokens[i], token_text)}</b><br>id {tokens[i]} · depth {depths[i]}<br>"
-                f"{score}<br>{active} the active set<br>{kind}{origin}")
-
-    groups = (
-        ("drafted (rejected)", [i for i in range(1, bonus) if i not in on_path], "#b9c4d6", "circle", 11),
-        ("accepted", [i for i in path if i != 0], ORIGIN_COLORS[ACCEPTED], "circle", 14),
-        ("root", [0], "#555", "square", 14),
-        ("bonus", [bonus], ORIGIN_COLORS[VOCAB_MISS if miss else BONUS], "star", 20),
-    )
-    for name, idx, color, symbol, size in groups:
-        outline = ["#d64545" if i < bonus and not in_active[i] else "white" for i in idx]
-        if symbol == "circle":  # drafted nodes: the shape says which source proposed them
-            symbol = [SOURCE_SYMBOLS.get(sources[i], "circle") for i in idx]
-        data.append(dict(
-            type="scatter", x=[x[i] for i in idx], y=[y[i] for i in idx], mode="markers+text", name=name,
-            text=[token_label(tokens[i], token_text)[:14] for i in idx], textposition="middle right",
-            textfont=dict(size=11, color="#333"), customdata=list(idx),
-            hovertext=[hover(i) for i in idx], hoverinfo="text",
-            marker=dict(color=color, symbol=symbol, size=size, line=dict(color=outline, width=1.5))))
-    n_copy = sum(s in ("copy", "both") for s in sources)
+    t = _DrawnTree.from_row(row)
+    data = _tree_edges(t) + _tree_nodes(t, token_text)
+    n_copy = sum(s in ("copy", "both") for s in t.sources)
     for source in ("copy", "both") if n_copy else ():  # legend entries for the shapes
         data.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=SOURCE_LEGEND[source],
                          marker=dict(color="#888", symbol=SOURCE_SYMBOLS[source], size=11)))
-    n_acc = len(path) - 1
+    n_acc = len(t.path) - 1
     title = (f"Draft tree of step {int(row['step'])}: {len(row['tree_tokens']) - 1} drafted"
              + (f" ({n_copy} on the copy chain)" if n_copy else "")
-             + f", {n_acc} accepted + bonus" + (" (vocab miss)" if miss else ""))
-    layout = _layout(title, showlegend=True, height=max(HEIGHT, 26 * (max(y) + 1) + 110), hovermode="closest",
-                     xaxis=dict(title=dict(text="depth"), dtick=1, range=[-0.3, max(x) + 0.9], zeroline=False),
+             + f", {n_acc} accepted + bonus" + (" (vocab miss)" if t.miss else ""))
+    layout = _layout(title, showlegend=True, height=max(HEIGHT, 26 * (max(t.y) + 1) + 110), hovermode="closest",
+                     xaxis=dict(title=dict(text="depth"), dtick=1, range=[-0.3, max(t.x) + 0.9], zeroline=False),
                      yaxis=dict(visible=False, autorange="reversed"))
     return {"data": data, "layout": layout}
 
