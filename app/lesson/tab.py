@@ -80,39 +80,14 @@ def build_lesson_tab(try_it_targets: dict[str, gr.components.Component] | None =
             return LessonHandles(available=False, tabs=tabs, message=message)
         first_prompt = lesson.prompt_ids[0]
         chapter0, _, step0, last0 = chapter_start(1, first_prompt)
-        text0, fig0, tokens0 = render(chapter0, first_prompt, step0, False)
 
         with gr.Column(elem_id="lesson-root"):
             gr.HTML(f"<style>{CSS}</style>", elem_id="lesson-style", js_on_load=None)
             fit = gr.Number(0, elem_id="lesson-fit", visible="hidden", interactive=False)
-            with gr.Row(equal_height=True, elem_id="lesson-bar"):
-                prev_chapter = gr.Button("◀ Previous", elem_id="lesson-prev-chapter", scale=0, min_width=110)
-                chapter = gr.Dropdown([(f"Chapter {c.number} · {c.title}", c.number) for c in lc.CHAPTERS],
-                                      value=chapter0, label="Chapter", show_label=False, elem_id="lesson-chapter",
-                                      scale=4, container=False)
-                next_chapter = gr.Button("Next chapter ▶", variant="primary", elem_id="lesson-next-chapter", scale=0,
-                                         min_width=150)
-                prompt = gr.Dropdown([(f"Prompt {p['id']} · {p['category'].replace('_', ' ')}", p["id"])
-                                      for p in lesson.prompts], value=first_prompt, label="Recorded prompt",
-                                     show_label=False, elem_id="lesson-prompt", scale=2, container=False)
-                presenter = gr.Checkbox(False, label="Presenter mode", elem_id="lesson-presenter", scale=0,
-                                        min_width=170, container=False)
-                live_toggle = gr.Button("⚙ Live controls", elem_id="lesson-live-toggle", scale=0, min_width=150)
-            with gr.Row(equal_height=False):
-                with gr.Column(scale=2, min_width=320):
-                    text = gr.Markdown(text0, elem_id="lesson-text", elem_classes=["lesson-text"])
-                    quiz = gr.Radio([], value=None, label="", visible=False, elem_id="lesson-quiz")
-                    reveal = gr.Markdown("", elem_id="lesson-reveal")
-                with gr.Column(scale=3, min_width=420):
-                    race = race_component(elem_id="lesson-race", visible=False)
-                    plot = gr.Plot(fig0, show_label=False, elem_id="lesson-plot")
-                    with gr.Row(equal_height=True, elem_id="lesson-controls"):
-                        back = gr.Button("◀ Step", elem_id="lesson-step-prev", scale=0, min_width=80)
-                        forward = gr.Button("Step ▶", elem_id="lesson-step-next", scale=0, min_width=80)
-                        play = gr.Button("▶ Play", elem_id="lesson-play", scale=0, min_width=90)
-                        step = gr.Slider(0, max(1, last0), value=step0, step=1, label=_step_label(chapter0, last0),
-                                         elem_id="lesson-step", scale=4)
-                    tokens = gr.HTML(tokens0, elem_id="lesson-tokens", js_on_load=None)
+            prev_chapter, chapter, next_chapter, prompt, presenter, live_toggle = _chapter_bar(lesson, chapter0,
+                                                                                               first_prompt)
+            text, quiz, reveal, race, plot, back, forward, play, step, tokens = _stage(first_prompt, chapter0,
+                                                                                       step0, last0)
             with gr.Row():
                 speed = gr.Slider(*SPEEDS, value=1.0, step=0.5, label="Play speed (steps per second)",
                                   elem_id="lesson-speed", scale=1)
@@ -129,6 +104,45 @@ def build_lesson_tab(try_it_targets: dict[str, gr.components.Component] | None =
     _wire(handles, back, forward, prev_chapter, next_chapter, speed, playing, live_toggle, try_it_targets,
           live_tab_id)
     return handles
+
+
+def _chapter_bar(lesson, chapter0: int, first_prompt: str) -> tuple:
+    """The top bar: previous/next chapter, the chapter and prompt pickers, presenter mode, the Live toggle."""
+    with gr.Row(equal_height=True, elem_id="lesson-bar"):
+        prev_chapter = gr.Button("◀ Previous", elem_id="lesson-prev-chapter", scale=0, min_width=110)
+        chapter = gr.Dropdown([(f"Chapter {c.number} · {c.title}", c.number) for c in lc.CHAPTERS],
+                              value=chapter0, label="Chapter", show_label=False, elem_id="lesson-chapter",
+                              scale=4, container=False)
+        next_chapter = gr.Button("Next chapter ▶", variant="primary", elem_id="lesson-next-chapter", scale=0,
+                                 min_width=150)
+        prompt = gr.Dropdown([(f"Prompt {p['id']} · {p['category'].replace('_', ' ')}", p["id"])
+                              for p in lesson.prompts], value=first_prompt, label="Recorded prompt",
+                             show_label=False, elem_id="lesson-prompt", scale=2, container=False)
+        presenter = gr.Checkbox(False, label="Presenter mode", elem_id="lesson-presenter", scale=0,
+                                min_width=170, container=False)
+        live_toggle = gr.Button("⚙ Live controls", elem_id="lesson-live-toggle", scale=0, min_width=150)
+    return prev_chapter, chapter, next_chapter, prompt, presenter, live_toggle
+
+
+def _stage(first_prompt: str, chapter0: int, step0: int, last0: int) -> tuple:
+    """The chapter's text and quiz beside its figure, step controls and answer tokens, drawn at the first step."""
+    text0, fig0, tokens0 = render(chapter0, first_prompt, step0, False)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=320):
+            text = gr.Markdown(text0, elem_id="lesson-text", elem_classes=["lesson-text"])
+            quiz = gr.Radio([], value=None, label="", visible=False, elem_id="lesson-quiz")
+            reveal = gr.Markdown("", elem_id="lesson-reveal")
+        with gr.Column(scale=3, min_width=420):
+            race = race_component(elem_id="lesson-race", visible=False)
+            plot = gr.Plot(fig0, show_label=False, elem_id="lesson-plot")
+            with gr.Row(equal_height=True, elem_id="lesson-controls"):
+                back = gr.Button("◀ Step", elem_id="lesson-step-prev", scale=0, min_width=80)
+                forward = gr.Button("Step ▶", elem_id="lesson-step-next", scale=0, min_width=80)
+                play = gr.Button("▶ Play", elem_id="lesson-play", scale=0, min_width=90)
+                step = gr.Slider(0, max(1, last0), value=step0, step=1, label=_step_label(chapter0, last0),
+                                 elem_id="lesson-step", scale=4)
+            tokens = gr.HTML(tokens0, elem_id="lesson-tokens", js_on_load=None)
+    return text, quiz, reveal, race, plot, back, forward, play, step, tokens
 
 
 # -- wiring --------------------------------------------------------------------------------------------
