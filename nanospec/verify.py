@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .tree import children_lists
 
 
 
@@ -118,18 +117,3 @@ def warp_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.
     sorted_p = sorted_p.masked_fill(drop, 0.0)
     out = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
     return out / out.sum(-1, keepdim=True)
-
-
-def greedy_accept(tokens: list[int], parents: list[int], target_argmax: list[int]) -> tuple[list[int], int]:
-    """The greedy rule on host lists, walking the tree (the reference `accept.greedy_path` equals).
-
-    Returns (accepted node path starting with the root node 0, bonus token = argmax at its end).
-    """
-    kids = children_lists(parents)
-    path = [0]
-    while True:
-        want = target_argmax[path[-1]]
-        nxt = next((c for c in kids[path[-1]] if tokens[c] == want), None)
-        if nxt is None:
-            return path, want
-        path.append(nxt)

@@ -1,7 +1,12 @@
-"""Oracle drafter for tests: puts the target's true greedy continuation on one branch of the tree.
+"""Test oracles: a drafter that knows the target's greedy continuation, and the greedy acceptance rule
+walked on host lists.
 
-It implements the same three-call drafter interface as `EagleDrafter`, so the engine's
-verification, acceptance, bonus token and KV compaction are exercised with long accepted paths.
+`OracleDrafter` puts the target's true greedy continuation on one branch of the tree. It implements
+the same three-call drafter interface as `EagleDrafter`, so the engine's verification, acceptance,
+bonus token and KV compaction are exercised with long accepted paths.
+
+`greedy_accept` is the greedy rule written as the plain tree walk, independently of the device
+version (`nanospec.accept.greedy_path`, which decides every node at once).
 """
 
 from __future__ import annotations
@@ -52,3 +57,17 @@ class OracleDrafter:
         p = torch.tensor(parents, device=root.device)
         d = depths_from_parents(p)
         return DraftTree(t, p, d, -d.float(), vocab.contains(t))
+
+
+def greedy_accept(tokens: list[int], parents: list[int], target_argmax: list[int]) -> tuple[list[int], int]:
+    """Walk from the root, each time to the first child whose token is the target's argmax at the node.
+
+    Returns (accepted node path starting with the root node 0, bonus token = argmax at its end).
+    """
+    path = [0]
+    while True:
+        want = target_argmax[path[-1]]
+        nxt = next((c for c, p in enumerate(parents) if p == path[-1] and tokens[c] == want), None)
+        if nxt is None:
+            return path, want
+        path.append(nxt)

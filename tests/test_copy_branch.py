@@ -8,7 +8,8 @@ import torch
 from nanospec.copy_branch import (BOTH, COPY, HEAD, PAD, ROOT, CopyBranch, CopyChain, drop_padding,
                                   lookup_continuation, merge_copy_chain)
 from nanospec.tree import DraftTree, depths_from_parents
-from nanospec.verify import greedy_accept
+
+from .oracle import greedy_accept
 
 
 def brute_force_lookup(seq: list[int], n_tokens: int, max_ngram: int) -> list[int]:
