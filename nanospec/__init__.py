@@ -13,8 +13,9 @@ and any name starting with `_`, may change without notice.
 
 from . import metrics
 from .config import METHODS, GenerationConfig, SamplingConfig, TreeConfig, VocabConfig
-from .engine import Run, RunResult, SpecEngine
+from .engine import SpecEngine
 from .events import STOP_REASONS, RunSummary, StepEvent, events_to_frame, load_trace, save_trace, stop_message, summarize
+from .run import Run, RunResult
 
 __all__ = [
     "METHODS", "GenerationConfig", "SamplingConfig", "TreeConfig", "VocabConfig",

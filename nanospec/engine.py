@@ -2,8 +2,9 @@
 
     prompt -> prefill -> [draft tree -> verify -> accept -> compact KV -> update vocab/head]* -> text
 
-`SpecEngine.stream()` returns a `Run`, an iterator of `StepEvent`s (one per target forward);
-`generate()` drains it. Both go through the same `_prefill` / `_spec_step` / `_ar_step`.
+`SpecEngine.stream()` returns a `Run` (`run.py`), an iterator of `StepEvent`s (one per target
+forward); `generate()` drains it. Both go through the same `_prefill` / `_spec_step` / `_ar_step`;
+acceptance and the step events are in `bookkeeping.py`.
 """
 
 from __future__ import annotations
@@ -11,28 +12,30 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
 from .config import TREE_OPTIONS, GenerationConfig, default_tree
-from .copy_branch import SOURCE_NAMES, CopyBranch, drop_padding
+from .bookkeeping import accept_step, single_node_event, spec_event
+from .copy_branch import CopyBranch
 from .cpu_linear import PackedLinear
 from .cpu_linear import pack_linears as pack_modules
 from .drafters.base import Drafter
 from .draft_vocab import DraftVocab, needs_mapping
 from .drafters.eagle import EagleDrafter
 from .drafters.eagle3 import Eagle3Drafter
-from .events import RunSummary, StepEvent, summarize
+from .events import StepEvent
 from .features import FeatureRecorder
 from .head import EagleHead, check_head_matches, check_head_placement
 from .head3 import Eagle3Head, check_eagle3_head
 from .kv import compact_cache, new_cache
+from .run import Run, RunResult
 from .timing import PhaseTimer, sync
-from .tree import DraftTree, tree_attention_mask, tree_position_ids
+from .tree import tree_attention_mask, tree_position_ids
 from . import transfer
-from .accept import greedy_path, sample_path, sample_token
-from .verify import Acceptance, HostTree, check_attention_supported, greedy_token, target_forward, warp_probs
+from .accept import sample_token
+from .verify import check_attention_supported, greedy_token, target_forward, warp_probs
 from .vocab import VocabPolicy, build_vocab
 
 PREFILL_CHUNK = 512  # positions per LM-head chunk when collecting Ctx top-k at prefill
@@ -47,49 +50,6 @@ class _State:
     emitted: int
     generator: torch.Generator | None
     copy: CopyBranch | None = None  # the context-copy branch (cfg.tree.copy_branch > 0)
-
-
-@dataclass
-class RunResult:
-    text: str
-    token_ids: list[int]
-    events: list[StepEvent]
-    summary: RunSummary
-
-
-class Run:
-    """Iterate to get `StepEvent`s; after exhaustion `summary` holds the `RunSummary`.
-
-    Stopping iteration early (break / close) stops decoding; `summary` then says `stopped`.
-    """
-
-    def __init__(self, engine: "SpecEngine", prompt_ids: list[int], config: GenerationConfig):
-        self.engine, self.prompt_ids, self.config = engine, prompt_ids, config
-        self.events: list[StepEvent] = []
-        self.summary: RunSummary | None = None
-        self.stop_reason = "stopped"
-        self._t0 = 0.0
-
-    def __iter__(self) -> Iterator[StepEvent]:
-        self._t0 = time.perf_counter()
-        try:
-            for event in self.engine._decode(self.prompt_ids, self.config, self):
-                self.events.append(event)
-                yield event
-        finally:
-            self._finish()
-
-    def _finish(self) -> None:
-        if self.summary is None and self.events:
-            wall = time.perf_counter() - self._t0
-            ids = [t for e in self.events for t in e.tokens]
-            text = self.engine.tokenizer.decode(ids, skip_special_tokens=True) if self.engine.tokenizer else ""
-            self.summary = summarize(self.events, self.config.method, wall, self.stop_reason, text)
-
-    def result(self) -> RunResult:
-        for _ in self:
-            pass
-        return RunResult(self.summary.text, self.summary.output_ids, self.events, self.summary)
 
 
 StepHook = Callable[[int, str], None]
@@ -271,13 +231,9 @@ class SpecEngine:
         tokens = self._take([first], state, cfg)
         phases = timer.resolve()
         sync(self.device)
-        event = StepEvent(
-            step=0, method=cfg.method, root_token=int(prompt_ids[-1]), tree_tokens=[int(prompt_ids[-1])],
-            tree_parents=[-1], tree_depths=[0], tree_logprobs=[0.0], tree_in_active=[True],
-            accepted_path=[0], accepted_tokens=[], bonus_token=first, tokens=tokens,
-            active_size=vocab.size if vocab is not None else 0, added_ids=added, vocab_size=self.vocab_size,
-            coverage=None, miss_kind="none", wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases,
-            tree_sources=["root"])
+        event = single_node_event(0, cfg.method, int(prompt_ids[-1]), first, tokens,
+                                  vocab.size if vocab is not None else 0, added, self.vocab_size, t0, phases,
+                                  tree_sources=["root"])
         return state, event
 
     @torch.inference_mode()
@@ -300,7 +256,7 @@ class SpecEngine:
             top = torch.topk(out.logits, cfg.vocab.ctx_topk, dim=-1).indices  # [T, k]
             proposal = vocab.propose(torch.cat([tree.tokens, top.reshape(-1), argmax]))
         with timer.phase("accept"):
-            acc = self._accept(tree, out.logits, argmax, proposal, vocab, cfg, state.generator)
+            acc = accept_step(tree, out.logits, argmax, proposal, vocab, cfg.sampling, state.generator)
         path, bonus, host, keep = acc.path, acc.bonus, acc.tree, acc.keep
         with timer.phase("kv_compact"):
             compact_cache(state.cache, L, keep)
@@ -314,38 +270,8 @@ class SpecEngine:
         state.root, state.root_dev = bonus, acc.bonus_dev
         accepted = [host.tokens[i] for i in path[1:]]
         tokens = self._take(accepted + [bonus], state, cfg)
-        shown, path = drop_padding(asdict(host), path)  # the event shows no PAD slots of the copy chain
-        host = HostTree(**shown)
-        kids_of_last = [i for i, p in enumerate(host.parents) if p == path[-1]]
-        miss = "none" if not kids_of_last else ("draft" if acc.bonus_in_active else "vocab")
         phases = timer.resolve()
-        return StepEvent(
-            step=step, method=cfg.method, root_token=host.tokens[0], tree_tokens=host.tokens,
-            tree_parents=host.parents, tree_depths=host.depths, tree_logprobs=host.scores,
-            tree_in_active=host.in_active, accepted_path=path, accepted_tokens=accepted,
-            bonus_token=bonus, tokens=tokens, active_size=active_size, added_ids=added,
-            vocab_size=self.vocab_size, coverage=acc.bonus_in_active, miss_kind=miss,
-            wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases,
-            tree_sources=[SOURCE_NAMES[s] for s in host.sources])
-
-    def _accept(self, tree: DraftTree, logits: torch.Tensor, argmax: torch.Tensor, proposal,
-                vocab: VocabPolicy, cfg: GenerationConfig, gen) -> Acceptance:
-        """Acceptance on the device, then the step's one device->host transfer: the path, the bonus
-        token and its membership, the Ext count and the tree (for the event)."""
-        if cfg.sampling.greedy:
-            dp = greedy_path(tree.tokens, tree.parents, argmax)
-        else:
-            dp = sample_path(tree.tokens, tree.parents,
-                             warp_probs(logits, cfg.sampling.temperature, cfg.sampling.top_p), gen)
-        n_new = proposal.n_new.reshape(1) if proposal is not None else torch.zeros_like(dp.length)
-        sources = tree.sources if tree.sources is not None else torch.ones_like(tree.tokens)
-        nodes, (n,), (bonus,), (bonus_in,), (n_new,), tokens, parents, depths, scores, in_active, src = \
-            transfer.to_host(dp.nodes, dp.length, dp.bonus, vocab.contains(dp.bonus), n_new,
-                             tree.tokens, tree.parents, tree.depths, tree.scores, tree.in_active, sources)
-        host = HostTree(tokens=tokens, parents=parents, depths=depths, scores=[round(s, 4) for s in scores],
-                        in_active=in_active, sources=[0] + src[1:])
-        return Acceptance(path=nodes[:n], bonus=bonus, bonus_in_active=bonus_in, n_new=n_new, tree=host,
-                          keep=dp.nodes[:n], bonus_dev=dp.bonus)
+        return spec_event(step, cfg.method, acc, accepted, tokens, active_size, added, self.vocab_size, t0, phases)
 
     @torch.inference_mode()
     def _ar_step(self, step: int, state: _State, cfg: GenerationConfig, timer: PhaseTimer) -> StepEvent:
@@ -361,11 +287,7 @@ class SpecEngine:
         state.root, state.root_dev = token, token_dev
         tokens = self._take([token], state, cfg)
         phases = timer.resolve()
-        return StepEvent(
-            step=step, method="ar", root_token=root, tree_tokens=[root], tree_parents=[-1], tree_depths=[0],
-            tree_logprobs=[0.0], tree_in_active=[True], accepted_path=[0], accepted_tokens=[],
-            bonus_token=token, tokens=tokens, active_size=0, added_ids=0, vocab_size=self.vocab_size,
-            coverage=None, miss_kind="none", wall_ms=(time.perf_counter() - t0) * 1e3, phases=phases)
+        return single_node_event(step, "ar", root, token, tokens, 0, 0, self.vocab_size, t0, phases)
 
     # -- helpers ---------------------------------------------------------------------
     def _take(self, tokens: list[int], state: _State, cfg: GenerationConfig) -> list[int]:
