@@ -71,10 +71,11 @@ def tiny_loader(vocab: int = 32000, hidden: int = 64, layers: int = 2, step_dela
                                    max_positions=max_positions)
         target = random_target(cfg, seed=0)
         frequent = torch.randperm(vocab, generator=torch.Generator().manual_seed(3))
-        cls = _SlowEngine if step_delay_s > 0 else SpecEngine
-        engine = cls(target, WordTokenizer(vocab), random_head(target.config, seed=1), frequent_ids=frequent,
-                     eos_token_ids=[])
-        engine.step_delay_s = step_delay_s
+        args = (target, WordTokenizer(vocab), random_head(target.config, seed=1))
+        if step_delay_s > 0:
+            engine = _SlowEngine(*args, step_delay_s=step_delay_s, frequent_ids=frequent, eos_token_ids=[])
+        else:
+            engine = SpecEngine(*args, frequent_ids=frequent, eos_token_ids=[])
         info = PairInfo(target=f"tiny random Llama (V={vocab}, hidden {hidden}, {layers} layers)",
                         head="random", device="cpu", dtype="float32", vocab_size=vocab, hidden_size=hidden)
         return engine, info
@@ -83,17 +84,14 @@ def tiny_loader(vocab: int = 32000, hidden: int = 64, layers: int = 2, step_dela
 
 
 class _SlowEngine(SpecEngine):
-    """Counts decode steps and sleeps in each one (so a test can see when a run stops)."""
+    """Counts decode steps and sleeps before each one, through the engine's public `before_step` hook
+    (so a test can see when a run stops)."""
 
-    step_delay_s = 0.0
-    steps_run = 0
+    def __init__(self, *args, step_delay_s: float, **kwargs):
+        super().__init__(*args, before_step=self._slow_step, **kwargs)
+        self.step_delay_s = step_delay_s
+        self.steps_run = 0
 
-    def _spec_step(self, *args, **kwargs):
+    def _slow_step(self, step: int, method: str) -> None:
         time.sleep(self.step_delay_s)
         self.steps_run += 1
-        return super()._spec_step(*args, **kwargs)
-
-    def _ar_step(self, *args, **kwargs):
-        time.sleep(self.step_delay_s)
-        self.steps_run += 1
-        return super()._ar_step(*args, **kwargs)
