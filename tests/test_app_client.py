@@ -13,6 +13,7 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client, handle_file  # noqa: E402
 
 from app.devtools import tiny_loader  # noqa: E402
+from app.inputs import DEFAULTS  # noqa: E402
 from app.ui import build_app  # noqa: E402
 from nanospec.events import load_trace  # noqa: E402
 
@@ -127,12 +128,16 @@ def test_cancel_stops_decoding_within_a_step(served):
 
 def test_closing_the_page_mid_run_frees_the_work(served):
     """A browser tab that goes away: its event stream closes, and the run stops."""
-    demo, url, _, capture = served
+    demo, url, client, capture = served
+    if capture.engine is None:  # run on its own: load the model first
+        client.predict(RUN_ARGS[0], "ar", 2, *RUN_ARGS[3:], api_name="/run")
     fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
     session = uuid.uuid4().hex
     before = capture.engine.steps_run
+    # a page sends every input (gradio_client fills in the defaults of those left out)
+    data = [RUN_ARGS[0], "nanospec", 500, *RUN_ARGS[3:], DEFAULTS["copy_branch"]]
     with httpx.Client(base_url=url, timeout=30) as http:
-        http.post("gradio_api/queue/join", json={"data": [RUN_ARGS[0], "nanospec", 500, *RUN_ARGS[3:]],
+        http.post("gradio_api/queue/join", json={"data": data,
                                                  "fn_index": fn_index, "session_hash": session,
                                                  "event_data": None, "trigger_id": None}).raise_for_status()
         with http.stream("GET", f"gradio_api/queue/data?session_hash={session}") as stream:
@@ -141,6 +146,7 @@ def test_closing_the_page_mid_run_frees_the_work(served):
                 seen += "process_generating" in line
                 if seen >= 3:
                     break  # leaving the block closes the connection, like closing the tab
+    assert seen >= 3  # the run streamed steps to the page before it closed
     time.sleep(2.0)
     stopped_at = capture.engine.steps_run
     time.sleep(0.5)
