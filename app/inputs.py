@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from nanospec.config import TreeConfig, VocabConfig
+from nanospec.config import TreeConfig, VocabConfig, default_tree
 from nanospec.data.prompts import CATEGORIES, load_prompts
 
 METHODS = ("ar", "full", "static", "nanospec", "hybrid")
@@ -19,6 +19,15 @@ _TREE, _VOCAB = TreeConfig(), VocabConfig()
 DEFAULTS = {"method": "nanospec", "max_new_tokens": 64, "depth": _TREE.depth, "top_k": _TREE.top_k,
             "total_tokens": _TREE.total_tokens, "temperature": 0.0, "top_p": 1.0, "seed": 0,
             "capacity": _VOCAB.capacity, "copy_branch": _TREE.copy_branch}
+
+
+def defaults_for(device) -> dict:
+    """The page's starting values on `device`: the tree the engine picks there when none is set
+    (3x4x12 on a CPU, 6x10x60 on a GPU; `nanospec.config.default_tree`), everything else as `DEFAULTS`."""
+    tree = default_tree(device)
+    return {**DEFAULTS, "depth": tree.depth, "top_k": tree.top_k, "total_tokens": tree.total_tokens}
+
+
 INT_OPTIONS = ("max_new_tokens", "depth", "top_k", "total_tokens", "capacity", "seed", "copy_branch")
 
 _ROLE_LINE = re.compile(r"^(system|user|assistant):[ \t]?", re.IGNORECASE)

@@ -11,7 +11,7 @@ import gradio as gr
 from .callbacks import COMPARE_COLUMNS, LIVE_OUTPUTS, Explorer
 from .charts import ORIGIN_COLORS
 from .lesson import LIVE_HEADER, build_lesson_tab, register_deep_link
-from .inputs import DEFAULTS, LIMITS, METHODS, SPEC_METHODS, example_prompts
+from .inputs import DEFAULTS, LIMITS, defaults_for, METHODS, SPEC_METHODS, example_prompts
 from .models import EngineProvider, Loader, pair_loader
 from .pairs import PairProvider, build_pair_picker
 from .race import race_component
@@ -58,9 +58,10 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                 max_new = _slider("max_new_tokens", "max new tokens", elem_id="max-new-tokens")
                 with gr.Accordion("Tree, sampling and vocabulary settings", open=False):
                     with gr.Row():
-                        depth = _slider("depth", "tree depth")
-                        top_k = _slider("top_k", "top-k per level")
-                        total = _slider("total_tokens", "total tree tokens")
+                        start = defaults_for(provider.device_hint)  # the GPU tree on a GPU
+                        depth = _slider("depth", "tree depth", defaults=start)
+                        top_k = _slider("top_k", "top-k per level", defaults=start)
+                        total = _slider("total_tokens", "total tree tokens", defaults=start)
                     with gr.Row():
                         temperature = _slider("temperature", "temperature (0 = greedy)", step=0.05)
                         top_p = _slider("top_p", "top-p", step=0.05)
@@ -158,9 +159,9 @@ def calm_queue_polling(demo: gr.Blocks, idle_poll_s: float = 0.05, progress_poll
             setattr(queue, name, max(getattr(queue, name), value))
 
 
-def _slider(name: str, label: str, step: float = 1, **kw) -> gr.Slider:
+def _slider(name: str, label: str, step: float = 1, defaults: dict = DEFAULTS, **kw) -> gr.Slider:
     lo, hi = LIMITS[name]
-    return Slider(lo, hi, value=DEFAULTS[name], step=step, label=label, **kw)
+    return Slider(lo, hi, value=defaults[name], step=step, label=label, **kw)
 
 
 # Gradio's own range/choice checks raise errors that print a traceback in the server log. These

@@ -147,6 +147,18 @@ def test_space_mode_page_has_no_free_text_pair_field(monkeypatch):
         picker.preprocess("meta-llama/Llama-3.1-8B-Instruct")  # Gradio refuses a value that is not a choice
 
 
+@pytest.mark.parametrize("device, tree", [("cpu", (3, 4, 12)), ("cuda", (6, 10, 60))])
+def test_tree_sliders_start_at_the_devices_default_tree(device, tree):
+    """On a GPU the page starts at the GPU default tree (what the engine would pick), on a CPU at the CPU one."""
+    from app.models import EngineProvider
+    from app.ui import build_app
+
+    demo = build_app(provider=EngineProvider(tiny_loader(), device_hint=device))
+    values = {b.label: b.value for b in demo.blocks.values() if getattr(b, "label", None) in
+              ("tree depth", "top-k per level", "total tree tokens")}
+    assert (values["tree depth"], values["top-k per level"], values["total tree tokens"]) == tree
+
+
 # ---- ZeroGPU rules, with the stand-in `spaces` ----------------------------------------------------
 
 
