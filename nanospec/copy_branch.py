@@ -11,9 +11,11 @@ Everything here runs on the model's device with fixed shapes, so nothing syncs t
 
     lookup_continuation(context, N, max_ngram) -> CopyChain   the copied continuation, [N] + a length
     merge_copy_chain(tree, chain, in_active) -> DraftTree     the tree with N more nodes (T + N)
+    drop_pad_nodes(tree) -> DraftTree                         without its PAD nodes (CPU only)
     CopyBranch                                                the per-request state the engine holds
 
-The merged tree always has T + N nodes. Chain positions that are already in the tree, or that
+The merged tree always has T + N nodes (on a CPU, the engine then drops the PAD nodes: see
+`drop_pad_nodes`). Chain positions that are already in the tree, or that
 the lookup could not fill, become PAD nodes: duplicates of node 1 under the root. Both acceptance
 rules try children in index order, so a PAD node (a later duplicate of an earlier sibling) is
 never accepted (greedy takes the first match; rejection sampling has set p(x) = 0 by then); the
@@ -111,7 +113,10 @@ class CopyBranch:
     def extend(self, tree: DraftTree, vocab, timer: PhaseTimer) -> DraftTree:
         with timer.phase("copy_lookup"):
             chain = self.lookup()
-            return merge_copy_chain(tree, chain, vocab.contains(chain.tokens))
+            merged = merge_copy_chain(tree, chain, vocab.contains(chain.tokens))
+            # a CPU pays for every verified node and reads its own memory for free: drop the PAD
+            # slots there; an accelerator keeps the fixed shape (dropping them would sync the host)
+            return drop_pad_nodes(merged) if merged.tokens.device.type == "cpu" else merged
 
 
 def merge_copy_chain(tree: DraftTree, chain: CopyChain, chain_in_active: torch.Tensor) -> DraftTree:
@@ -151,6 +156,20 @@ def merge_copy_chain(tree: DraftTree, chain: CopyChain, chain_in_active: torch.T
     return DraftTree(tokens=torch.cat([tree.tokens, tokens]), parents=torch.cat([tree.parents, parents]),
                      depths=torch.cat([tree.depths, depths]), scores=torch.cat([tree.scores, scores]),
                      in_active=torch.cat([tree.in_active, in_active]), sources=sources)
+
+
+def drop_pad_nodes(tree: DraftTree) -> DraftTree:
+    """The merged tree without its PAD nodes, parents re-indexed (its boolean mask reads the
+    tensor, so the engine calls this on a CPU only). PAD nodes have no children, so every kept
+    node keeps its parent."""
+    keep = tree.sources != PAD
+    if bool(keep.all()):
+        return tree
+    new_index = torch.cumsum(keep.to(torch.long), 0) - 1
+    parents = tree.parents[keep]
+    parents = torch.where(parents >= 0, new_index[parents.clamp(min=0)], parents)
+    return DraftTree(tokens=tree.tokens[keep], parents=parents, depths=tree.depths[keep],
+                     scores=tree.scores[keep], in_active=tree.in_active[keep], sources=tree.sources[keep])
 
 
 def drop_padding(nodes: dict[str, list], path: list[int]) -> tuple[dict[str, list], list[int]]:

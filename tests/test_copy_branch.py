@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nanospec.copy_branch import (BOTH, COPY, HEAD, PAD, ROOT, CopyBranch, CopyChain, drop_padding,
+from nanospec.copy_branch import (BOTH, COPY, HEAD, PAD, ROOT, CopyBranch, CopyChain, drop_pad_nodes, drop_padding,
                                   lookup_continuation, merge_copy_chain)
 from nanospec.tree import DraftTree, depths_from_parents
 
@@ -136,6 +136,26 @@ def test_pad_nodes_are_never_accepted_and_drop_padding_reindexes():
     assert out["parents"] == HEAD_TREE[1] + [3, 6]
     assert new_path == [0, 1, 3, 6, 7]
     assert PAD not in out["sources"]
+
+
+@pytest.mark.parametrize("tokens, length", [([10, 20, 40, 41], 4), ([11, 21], 2), ([12, 13, 0], 2),
+                                            ([10, 20, 30], 3), ([10, 20, 30], 0)])
+def test_drop_pad_nodes_keeps_every_real_node_and_its_root_path(tokens, length):
+    tree = merge_copy_chain(make_tree(*HEAD_TREE), chain(tokens, length), torch.ones(len(tokens), dtype=torch.bool))
+    out = drop_pad_nodes(tree)
+    keep = [i for i, s in enumerate(tree.sources.tolist()) if s != PAD]
+    assert out.tokens.tolist() == [tree.tokens[i].item() for i in keep]
+    assert out.sources.tolist() == [tree.sources[i].item() for i in keep] and PAD not in out.sources.tolist()
+    assert out.depths.tolist() == depths_from_parents(out.parents).tolist()
+
+    def spelled(t, i):  # the tokens on node i's root path
+        path = []
+        while i >= 0:
+            path.append(t.tokens[i].item())
+            i = t.parents[i].item()
+        return path[::-1]
+
+    assert [spelled(out, k) for k in range(len(out))] == [spelled(tree, i) for i in keep]
 
 
 def test_merge_rejects_a_root_only_tree():

@@ -18,7 +18,8 @@ from nanospec.verify import target_forward
 from .conftest import DEVICE
 from .test_sampling import CHI2_001, chi_square
 
-HOT_PATH = ("engine.py", "tree.py", "verify.py", "accept.py", "kv.py", "vocab.py", "drafters/eagle.py")
+HOT_PATH = ("engine.py", "tree.py", "verify.py", "accept.py", "kv.py", "vocab.py", "drafters/eagle.py",
+            "drafters/eagle3.py", "copy_branch.py")
 # host values that these modules may convert (not tensors); each entry: (module, argument source)
 HOST_CONVERSIONS = {
     ("engine.py", "getattr(model.config, 'max_position_embeddings', 1 << 30)"),
@@ -27,9 +28,12 @@ HOST_CONVERSIONS = {
     ("vocab.py", "capacity"),
 }
 # root_to_leaf_paths is a reference helper for tests; the engine never calls it
-HOST_FUNCTIONS = {("tree.py", "root_to_leaf_paths")}
+# drop_pad_nodes runs on a CPU only (the copy branch keeps the fixed shape on an accelerator);
+# drop_padding edits the host lists of a step's event
+HOST_FUNCTIONS = {("tree.py", "root_to_leaf_paths"), ("copy_branch.py", "drop_pad_nodes"),
+                  ("copy_branch.py", "drop_padding")}
 # host->device copies of the prompt at prefill, once per request
-PREFILL_COPIES = {("engine.py", "_prefill"), ("drafters/eagle.py", "begin")}
+PREFILL_COPIES = {("engine.py", "_prefill"), ("drafters/eagle.py", "begin"), ("copy_branch.py", "begin")}
 
 
 def _step_counts(engine, prompt, monkeypatch, **options) -> list[int]:
