@@ -19,7 +19,7 @@ from .conftest import DEVICE
 from .test_sampling import CHI2_001, chi_square
 
 HOT_PATH = ("engine.py", "tree.py", "verify.py", "accept.py", "kv.py", "vocab.py", "drafters/eagle.py",
-            "drafters/eagle3.py", "copy_branch.py")
+            "drafters/eagle3.py", "copy_branch.py", "bookkeeping.py")
 # host values that these modules may convert (not tensors); each entry: (module, argument source)
 HOST_CONVERSIONS = {
     ("engine.py", "getattr(model.config, 'max_position_embeddings', 1 << 30)"),
