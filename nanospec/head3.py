@@ -154,19 +154,30 @@ def _eagle_layout(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def save_eagle3(head: Eagle3Head, folder: str | Path, dtype: torch.dtype | None = None) -> Path:
-    """config.json + model.safetensors in EAGLE's layout (d2t/t2d kept in their own dtypes)."""
+def save_eagle3(head: Eagle3Head, folder: str | Path, dtype: torch.dtype | None = None,
+                lm_head_from_target: bool = False) -> Path:
+    """config.json + model.safetensors in EAGLE's layout (d2t/t2d kept in their own dtypes).
+
+    `lm_head_from_target`: leave ``lm_head.weight`` out and mark the config so that `load_eagle3`
+    takes the target's output embedding instead (a full-vocabulary head whose LM head is the
+    target's: the shipped head is then ~56 MB smaller for SmolLM2)."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
+    if lm_head_from_target and head.draft_vocab_size != head.config.vocab_size:
+        raise ValueError(f"lm_head_from_target needs a full-vocabulary head; this one drafts over "
+                         f"{head.draft_vocab_size} of {head.config.vocab_size} ids")
     folder.mkdir(parents=True, exist_ok=True)
     cfg = head.config.to_dict()
     cfg["architectures"] = [ARCH]
     cfg["draft_vocab_size"] = head.draft_vocab_size
+    cfg.pop("lm_head_from_target", None)
+    if lm_head_from_target:
+        cfg["lm_head_from_target"] = True
     (folder / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
     state = {}
     for k, v in head.state_dict().items():
-        if k.startswith("rotary_emb."):
+        if k.startswith("rotary_emb.") or (lm_head_from_target and k == "lm_head.weight"):
             continue
         floating = v.is_floating_point()
         state[k] = v.detach().to(dtype if (dtype is not None and floating) else v.dtype).contiguous()
@@ -195,6 +206,8 @@ def load_eagle3(folder: str | Path, target=None, device: torch.device | str = "c
     state["t2d"] = state["t2d"].to(torch.bool)
     check_eagle3(config, state, target.config if target is not None else None)
     notes = _reuse_target_embedding(state, target) if target is not None else []
+    if "lm_head.weight" not in state and raw.get("lm_head_from_target"):
+        notes.append(_target_lm_head(state, config, target, folder))
     head = Eagle3Head(config, with_embedding="embed_tokens.weight" in state)
     head.notes = notes
     missing, unexpected = head.load_state_dict(state, strict=False)
@@ -205,6 +218,18 @@ def load_eagle3(folder: str | Path, target=None, device: torch.device | str = "c
     head.d2t, head.t2d = head.d2t.to(device, torch.long), head.t2d.to(device, torch.bool)
     head.eval().requires_grad_(False)
     return head
+
+
+def _target_lm_head(state: dict[str, torch.Tensor], config: LlamaConfig, target, folder: Path) -> str:
+    """A head saved with `lm_head_from_target`: its lm_head is the target's output embedding."""
+    if target is None:
+        raise ValueError(f"EAGLE-3 head {folder} takes its lm_head from the target (config lm_head_from_target): "
+                         "load it with the target model")
+    if config.draft_vocab_size != config.vocab_size:
+        raise ValueError(f"EAGLE-3 head {folder}: lm_head_from_target needs draft_vocab_size == vocab_size "
+                         f"({config.draft_vocab_size} != {config.vocab_size})")
+    state["lm_head.weight"] = target.get_output_embeddings().weight.detach()
+    return "lm_head: the target's output embedding (the head was saved without its own copy)"
 
 
 def check_eagle3_head(head: Eagle3Head, target_config) -> None:

@@ -9,7 +9,7 @@ import torch
 
 from nanospec.bench.random_pair import random_target, random_target_config
 from nanospec.features import recording
-from nanospec.head3 import load_eagle3
+from nanospec.head3 import load_eagle3, save_eagle3
 from nanospec.training.eagle3_data import Sample3, split_batch
 from nanospec.training.eagle3_train import (LoopConfig, collate3, init_eagle3_from_target, resume_head, train_loop,
                                             ttt_loss)
@@ -122,3 +122,24 @@ def test_cli_arch_eagle3_validates_and_exports(tiny_target, tmp_path):
     loaded = load_eagle3(tmp_path / "out", target=tiny_target)
     assert loaded.fc.weight.dtype == torch.float16
     assert json.loads((tmp_path / "out" / "training_state.json").read_text())["step"] == 7
+
+
+def test_export_without_lm_head_loads_the_targets(tiny_target, tmp_path):
+    from nanospec.training.eagle3_cli import export
+
+    head = init_eagle3_from_target(tiny_target)
+    save_eagle3(head, tmp_path / "ckpt")
+    export(tmp_path / "ckpt", tmp_path / "small", target=tiny_target)
+    export(tmp_path / "ckpt", tmp_path / "whole")
+    small, whole = (tmp_path / "small" / "model.safetensors"), (tmp_path / "whole" / "model.safetensors")
+    assert small.stat().st_size < whole.stat().st_size
+    a, b = load_eagle3(tmp_path / "small", target=tiny_target), load_eagle3(tmp_path / "whole", target=tiny_target)
+    emb = tiny_target.get_output_embeddings().weight
+    assert torch.equal(a.lm_head.weight, emb.to(a.lm_head.weight.dtype)) and torch.equal(a.lm_head.weight, b.lm_head.weight)
+    with pytest.raises(ValueError, match="load it with the target"):
+        load_eagle3(tmp_path / "small")
+    with torch.no_grad():
+        head.lm_head.weight[0, 0] += 1.0
+    save_eagle3(head, tmp_path / "trained")
+    with pytest.raises(ValueError, match="differs from the target"):
+        export(tmp_path / "trained", tmp_path / "bad", target=tiny_target)

@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "or an EAGLE-3 head folder")
     p.add_argument("--export", default=None, help="checkpoint (or head) folder to export to --out in fp16, then stop")
     p.add_argument("--out", default=None, help="with --export: the head folder to write")
+    p.add_argument("--lm-head-from-target", action="store_true",
+                   help="with --export: leave out the head's lm_head, which must equal the target's (--model) "
+                        "output embedding; loading takes the target's")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     return p
@@ -93,12 +96,17 @@ def conversations(args, folder: Path) -> list[list[dict]]:
     return convs
 
 
-def export(src: Path, out: Path) -> Path:
+def export(src: Path, out: Path, target=None) -> Path:
+    """The head of a checkpoint in fp16; with `target`, without its lm_head (which must equal the target's)."""
+    from ..head import _same_values
     from ..head3 import load_eagle3, save_eagle3
 
     folder = src / "head" if (src / "head" / "config.json").is_file() else src
-    head = load_eagle3(folder, dtype=torch.float32)
-    save_eagle3(head, out, dtype=torch.float16)
+    head = load_eagle3(folder, target=target, dtype=torch.float32)
+    if target is not None and not _same_values(head.lm_head.weight, target.get_output_embeddings().weight):
+        raise ValueError(f"{folder}: the head's lm_head differs from the target's output embedding; "
+                         "export it without --lm-head-from-target")
+    save_eagle3(head, out, dtype=torch.float16, lm_head_from_target=target is not None)
     state = src / "state.json"
     if state.is_file():
         (out / "training_state.json").write_text(state.read_text())
@@ -173,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _check_args(args)
     if args.export:
-        print(f"exported to {export(Path(args.export), Path(args.out))}")
+        target = None
+        if args.lm_head_from_target:
+            from ..loading import load_target
+            target = load_target(args.model, device="cpu", dtype="float32").model
+        print(f"exported to {export(Path(args.export), Path(args.out), target)}")
         return 0
     torch.set_num_threads(args.threads)
     from ..loading import load_target
