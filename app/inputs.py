@@ -23,9 +23,11 @@ DEFAULTS = {"method": "nanospec", "max_new_tokens": 64, "depth": _TREE.depth, "t
 
 def defaults_for(device) -> dict:
     """The page's starting values on `device`: the tree the engine picks there when none is set
-    (3x4x12 on a CPU, 6x10x60 on a GPU; `nanospec.config.default_tree`), everything else as `DEFAULTS`."""
+    (3x4x12 + copy 10 on a CPU, 6x10x60 + copy 0 on a GPU; `nanospec.config.default_tree`), everything
+    else as `DEFAULTS`."""
     tree = default_tree(device)
-    return {**DEFAULTS, "depth": tree.depth, "top_k": tree.top_k, "total_tokens": tree.total_tokens}
+    return {**DEFAULTS, "depth": tree.depth, "top_k": tree.top_k, "total_tokens": tree.total_tokens,
+            "copy_branch": tree.copy_branch}
 
 
 INT_OPTIONS = ("max_new_tokens", "depth", "top_k", "total_tokens", "capacity", "seed", "copy_branch")

@@ -69,7 +69,7 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                     with gr.Row():
                         capacity = _slider("capacity", "NanoSpec capacity (in-context set size limit)", step=64)
                         copy_branch = _slider("copy_branch", "copy branch: prompt-lookup tokens added to the "
-                                              "tree (0 = off)", elem_id="copy-branch")
+                                              "tree (0 = off)", defaults=start, elem_id="copy-branch")
         knobs = [max_new, depth, top_k, total, temperature, top_p, seed, capacity, copy_branch]
 
         with gr.Tabs() as tabs:

@@ -49,9 +49,11 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--core-size", type=int, default=v.core_size)
     p.add_argument("--ctx-topk", type=int, default=v.ctx_topk,
                    help="nanospec/hybrid: the target's top-k added per prompt position (Ctx) and per tree node (Ext)")
-    p.add_argument("--copy-branch", type=_int_list, default=[t.copy_branch], metavar="N[,N...]",
+    p.add_argument("--copy-branch", type=_int_list, default=None, metavar="N[,N...]",
                    help="tree methods: add the context-copy chain (prompt lookup) of up to N tokens to every "
-                        "draft tree, 0 = off; compare and sweep take a comma-separated list and run each")
+                        f"draft tree, 0 = off (default: {t.copy_branch} on a CPU, "
+                        f"{default_tree('cuda').copy_branch} on a GPU); compare and sweep take a comma-separated "
+                        "list and run each")
     p.add_argument("--copy-ngram", type=int, default=t.copy_ngram,
                    help="copy branch: longest n-gram matched (then shorter ones, as transformers' prompt lookup)")
 
@@ -72,13 +74,15 @@ def _fill_tree(a, device) -> None:
     for name in ("depth", "top_k", "total_tokens"):
         if getattr(a, name) is None:
             setattr(a, name, getattr(tree, name))
+    if getattr(a, "copy_branch", []) is None:
+        a.copy_branch = [tree.copy_branch]
 
 
 def _decode_options(a) -> dict:
     return dict(max_new_tokens=a.max_new_tokens, depth=a.depth, top_k=a.top_k, total_tokens=a.total_tokens,
                 temperature=a.temperature, top_p=a.top_p, seed=a.seed, capacity=a.capacity,
                 static_size=a.static_size, core_size=a.core_size, ctx_topk=a.ctx_topk,
-                copy_branch=a.copy_branch[0], copy_ngram=a.copy_ngram)
+                copy_branch=(a.copy_branch or [TreeConfig().copy_branch])[0], copy_ngram=a.copy_ngram)
 
 
 def _load(a):
@@ -95,7 +99,7 @@ def _read_prompts(path: str | None, split: str | None) -> list:
 
 
 def cmd_generate(a) -> int:
-    if len(a.copy_branch) > 1:
+    if a.copy_branch and len(a.copy_branch) > 1:
         raise ValueError("generate takes one --copy-branch value")
     engine, info = _load(a)
     prompt = a.prompt if a.prompt is not None else _read_prompts(a.prompts, None)[0]
@@ -137,12 +141,13 @@ def cmd_compare(a) -> int:
     prompts = [prompt_messages(item) for item in items]
     categories = [item.get("category", "-") for item in items]
     table = compare(engine, prompts, methods, _decode_options(a), prompt_lookup=a.prompt_lookup,
-                    progress=_prompt_progress, repeat=a.repeat, copy_branches=tuple(a.copy_branch))
+                    progress=_prompt_progress, repeat=a.repeat, copy_branches=a.copy_branches)
     print(file=sys.stderr)
     print(f"target {info.target} (V={info.vocab_size}, H={info.hidden_size}) | head {info.head} ({info.head_family}) | "
           f"device {info.device} {info.dtype} | {len(prompts)} prompts x {a.repeat} | "
           f"max_new_tokens {a.max_new_tokens} | tree depth {a.depth} top_k {a.top_k} total {a.total_tokens} | "
-          f"temperature {a.temperature} | copy-branch ngram {a.copy_ngram}")
+          f"temperature {a.temperature} | copy branch "
+          f"{','.join(map(str, a.copy_branches or [_decode_options(a)['copy_branch']]))} (ngram {a.copy_ngram})")
     print(format_table(table))
     if len(set(categories)) > 1:
         print("\nby prompt category:")
@@ -183,7 +188,7 @@ def cmd_sweep(a) -> int:
     trees = parse_settings(a.trees)
     prompts = _read_prompts(a.prompts, a.split)[: a.limit or None]
     table = sweep(engine, prompts, a.method, trees, _decode_options(a), progress=_prompt_progress, repeat=a.repeat,
-                  copy_branches=tuple(a.copy_branch))
+                  copy_branches=a.copy_branches)
     print(file=sys.stderr)
     print(f"target {info.target} | head {info.head} | device {info.device} {info.dtype} | {len(prompts)} prompts "
           f"x {a.repeat} | max_new_tokens {a.max_new_tokens} | {a.method} at depth x top_k x total_tokens")
@@ -264,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
         return importlib.import_module(f"nanospec.{FORWARDED[argv[0]]}").main(argv[1:])
     args = build_parser().parse_args(argv)
+    # compare and sweep run each --copy-branch length given as its own row; none given: one row per
+    # method at the device's default length
+    args.copy_branches = tuple(getattr(args, "copy_branch", None) or ())
     try:
         return args.func(args)
     except ValueError as exc:

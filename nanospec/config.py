@@ -14,13 +14,15 @@ class TreeConfig:
     """EAGLE-2 dynamic tree: `depth` draft levels, `top_k` frontier width, `total_tokens` nodes incl. root.
 
     `copy_branch` N > 0 adds the context-copy chain (prompt lookup over the prompt and the answer so
-    far, n-grams of `copy_ngram` tokens down to 1) as up to N more nodes (copy_branch.py).
+    far, n-grams of `copy_ngram` tokens down to 1) as up to N more nodes (copy_branch.py). The
+    default, 10, is the best of N = 0, 3, 6, 10 in a held-out `compare` run on a CPU
+    (docs/benchmarks.md, "Context-copy branch").
     """
 
     depth: int = 3
     top_k: int = 4
     total_tokens: int = 12
-    copy_branch: int = 0
+    copy_branch: int = 10
     copy_ngram: int = 2
 
     @property
@@ -42,9 +44,10 @@ TREE_OPTIONS = frozenset(TreeConfig.__dataclass_fields__)  # depth, top_k, total
 def default_tree(device) -> TreeConfig:
     """The tree a run gets when the caller sets none: 3x4x12 suits a CPU, where every verified
     token costs time; a GPU verifies 60 tokens for about the price of one, so there it is
-    EAGLE-2's (and NanoSpec's) depth 6, top-k 10, 60 nodes."""
+    EAGLE-2's (and NanoSpec's) depth 6, top-k 10, 60 nodes. The copy branch stays off on a GPU:
+    its length was chosen on a CPU and has not been measured on a GPU."""
     if torch.device(device).type == "cuda":
-        return TreeConfig(depth=6, top_k=10, total_tokens=60)
+        return TreeConfig(depth=6, top_k=10, total_tokens=60, copy_branch=0)
     return TreeConfig()
 
 
@@ -102,6 +105,13 @@ class GenerationConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def step_slots(self) -> int:
+        """Context positions reserved for one step's verification: the tree's nodes, plus the copy
+        chain's slots where a drafted tree carries it (every method but `ar`, which keeps the same
+        reservation as a tree method without the chain, so both stop at the same length)."""
+        return self.tree.max_nodes if self.method != "ar" else self.tree.total_tokens
 
     @classmethod
     def build(cls, method: str = "nanospec", **kw) -> "GenerationConfig":

@@ -154,10 +154,10 @@ class SpecEngine:
         if missing:
             raise ValueError(missing)
         ids = self.encode_prompt(prompt)
-        need = len(ids) + cfg.tree.max_nodes + 1
+        need = len(ids) + cfg.step_slots + 1
         if need > self.max_context:
             raise ValueError(f"prompt is {len(ids)} tokens; with the tree it must fit the model's context of "
-                             f"{self.max_context} tokens (at most {self.max_context - cfg.tree.max_nodes - 1})")
+                             f"{self.max_context} tokens (at most {self.max_context - cfg.step_slots - 1})")
         return Run(self, ids, cfg)
 
     def missing_for(self, method: str) -> str | None:
@@ -199,7 +199,7 @@ class SpecEngine:
             return "eos"
         if state.emitted >= cfg.max_new_tokens:
             return "max_new_tokens"
-        if state.length + cfg.tree.max_nodes + 1 > self.max_context:
+        if state.length + cfg.step_slots + 1 > self.max_context:
             return "context_limit"  # the next step's tree would not fit; see events.stop_message
         return None
 

@@ -240,10 +240,21 @@ def test_prompt_parsing_and_examples():
     assert all(parse_prompt(text) for _, text in examples)
 
 
+def test_page_defaults_follow_the_engine_default_tree_per_device():
+    from app.inputs import defaults_for
+    from nanospec.config import default_tree
+
+    for device in ("cpu", "cuda"):
+        tree, start = default_tree(device), defaults_for(device)
+        assert (start["depth"], start["top_k"], start["total_tokens"], start["copy_branch"]) == \
+            (tree.depth, tree.top_k, tree.total_tokens, tree.copy_branch)
+    assert defaults_for("cpu")["copy_branch"] == 10 and defaults_for("cuda")["copy_branch"] == 0
+
+
 def test_generation_options_coerce_and_bound():
     opts = generation_options("nanospec", 16.0, 4.0, 6, 24, 0, 1, 0.0, 3072.0)
     assert opts == {"method": "nanospec", "max_new_tokens": 16, "depth": 4, "top_k": 6, "total_tokens": 24,
-                    "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": 3072, "copy_branch": 0}
+                    "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": 3072, "copy_branch": 10}
     assert generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 4.0)["copy_branch"] == 4
     with pytest.raises(ValueError, match="copy_branch"):
         generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 99)

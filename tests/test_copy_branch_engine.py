@@ -84,7 +84,7 @@ def test_copy_chain_fully_accepted_gives_tau_n_plus_one(n_copy):
     prompt = list(range(V)) + list(range(4))          # one full cycle, then the start of the next
     ref = engine.generate(prompt, method="ar", max_new_tokens=60)
     assert ref.token_ids[:3] == [4, 5, 6]
-    plain = engine.generate(prompt, method="full", max_new_tokens=60, depth=3)
+    plain = engine.generate(prompt, method="full", max_new_tokens=60, depth=3, copy_branch=0)
     assert plain.token_ids == ref.token_ids and plain.summary.tau == 1.0  # the drafter never helps
     out = engine.generate(prompt, method="nanospec", max_new_tokens=60, depth=3, copy_branch=n_copy, capacity=64)
     assert out.token_ids == ref.token_ids

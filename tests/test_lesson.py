@@ -127,6 +127,7 @@ def test_live_settings_match_the_apps_controls(shipped):
     for c in lc.CHAPTERS:
         s = lc.live_settings(shipped, c.number, pid)
         assert s["method"] in METHODS and s["prompt"] == shipped.prompt(pid)["text"]
+        assert s["copy_branch"] == lc.recorded_copy_branch(shipped) == 0  # as the traces were recorded
         for name, (lo, hi) in LIMITS.items():
             assert lo <= s[name] <= hi, (c.number, name)
 

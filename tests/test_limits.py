@@ -24,7 +24,9 @@ def test_engine_stops_at_the_context_limit(engine, method):
     assert 0 < s.new_tokens < 400
     # it used the context up to one tree's worth: the next step's tree would not have fit
     length = len(prompt) + s.new_tokens - 1  # the last emitted token is not in the KV cache yet
-    assert length + TREE["total_tokens"] + 1 > engine.max_context >= length
+    slots = TREE["total_tokens"] + (run.config.tree.copy_branch if method != "ar" else 0)  # + the copy chain
+    assert run.config.step_slots == slots
+    assert length + slots + 1 > engine.max_context >= length
     # and the output is exactly what plain greedy decoding gives for those tokens
     ar = engine.generate(prompt, method="ar", max_new_tokens=s.new_tokens, **TREE)
     assert result.token_ids == ar.token_ids

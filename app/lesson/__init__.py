@@ -12,7 +12,7 @@
 """
 
 from .chapters import (CHAPTERS, Chapter, chapter, chapter_figure, chapter_run, chapter_steps, chapter_text,
-                       chapter_tokens, live_settings, start_step)
+                       chapter_tokens, live_settings, recorded_copy_branch, start_step)
 from .data import (COMMAND, LESSON_DIR, RUN_LABELS, RUNS_FILE, SWEEP_FILE, Lesson, LessonRun, load_lesson, locality,
                    run_locality)
 from .style import LIVE_HEADER
@@ -21,4 +21,4 @@ from .tab import build_lesson_demo, build_lesson_tab, lesson_data, register_deep
 __all__ = ["LIVE_HEADER", "CHAPTERS", "COMMAND", "Chapter", "LESSON_DIR", "Lesson", "LessonRun", "RUNS_FILE", "RUN_LABELS",
            "SWEEP_FILE", "build_lesson_demo", "build_lesson_tab", "chapter", "chapter_figure", "chapter_run",
            "chapter_steps", "chapter_text", "chapter_tokens", "lesson_data", "live_settings", "load_lesson",
-           "locality", "register_deep_link", "run_locality", "start_step"]
+           "locality", "recorded_copy_branch", "register_deep_link", "run_locality", "start_step"]

@@ -232,4 +232,11 @@ def live_settings(lesson: Lesson, number: int, prompt_id: str) -> dict:
     settings = (lesson.info.get("settings") or {})
     return {"prompt": lesson.prompt(prompt_id)["text"], "max_new_tokens": settings.get("max_new_tokens", 96),
             "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": DEFAULTS["capacity"],
-            "copy_branch": DEFAULTS["copy_branch"], **chapter(number).live}
+            "copy_branch": recorded_copy_branch(lesson), **chapter(number).live}
+
+
+def recorded_copy_branch(lesson: Lesson) -> int:
+    """The copy-branch length the lesson's tree runs used (traces from before the option: 0), so a
+    live run repeats what the chapter showed."""
+    runs = ((lesson.info.get("settings") or {}).get("runs") or {})
+    return int(runs.get("nanospec", {}).get("copy_branch", 0))

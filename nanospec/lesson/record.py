@@ -37,13 +37,14 @@ COMMAND = "python -m nanospec record-lesson"
 
 DEFAULT_PROMPTS = ("code-06", "math-06", "sum-06")  # held-out: the head never trained on them
 # run key -> GenerationConfig.build arguments. "greedy" is a greedy chain: one candidate per level.
+# The lesson teaches the vocabulary policies, so its tree runs keep the context-copy branch off.
 RUNS: dict[str, dict] = {
     "ar": {"method": "ar"},
-    "greedy": {"method": "full", "depth": 5, "top_k": 1, "total_tokens": 6},
-    "full": {"method": "full"},
-    "static": {"method": "static"},
-    "nanospec": {"method": "nanospec"},
-    "hybrid": {"method": "hybrid"},
+    "greedy": {"method": "full", "depth": 5, "top_k": 1, "total_tokens": 6, "copy_branch": 0},
+    "full": {"method": "full", "copy_branch": 0},
+    "static": {"method": "static", "copy_branch": 0},
+    "nanospec": {"method": "nanospec", "copy_branch": 0},
+    "hybrid": {"method": "hybrid", "copy_branch": 0},
 }
 # vocabulary sizes of real tokenizers (and NanoSpec's default capacity) for the LM-head sweep
 SWEEP_VOCABS = {3072: "NanoSpec capacity", 32000: "Llama-2", 49152: "SmolLM2 (this model)",

@@ -21,7 +21,7 @@ from ..tree import children_lists
 from ..verify import warp_probs
 
 # the recorded sampling run: NanoSpec's tree and vocabulary, sampled at T = 0.8
-SAMPLING = {"method": "nanospec", "temperature": 0.8, "top_p": 1.0, "seed": 0}
+SAMPLING = {"method": "nanospec", "temperature": 0.8, "top_p": 1.0, "seed": 0, "copy_branch": 0}
 TOP_SHOWN = 12   # target tokens kept per distribution (the rest is summed as "other")
 
 
