@@ -74,7 +74,7 @@ def _fill_tree(a, device) -> None:
     for name in ("depth", "top_k", "total_tokens"):
         if getattr(a, name) is None:
             setattr(a, name, getattr(tree, name))
-    if getattr(a, "copy_branch", []) is None:
+    if a.copy_branch is None:
         a.copy_branch = [tree.copy_branch]
 
 
@@ -140,14 +140,15 @@ def cmd_compare(a) -> int:
     methods = _skip(methods, {m: engine.missing_for(m) for m in methods if engine.missing_for(m)})
     prompts = [prompt_messages(item) for item in items]
     categories = [item.get("category", "-") for item in items]
-    table = compare(engine, prompts, methods, _decode_options(a), prompt_lookup=a.prompt_lookup,
+    options = _decode_options(a)
+    table = compare(engine, prompts, methods, options, prompt_lookup=a.prompt_lookup,
                     progress=_prompt_progress, repeat=a.repeat, copy_branches=a.copy_branches)
     print(file=sys.stderr)
     print(f"target {info.target} (V={info.vocab_size}, H={info.hidden_size}) | head {info.head} ({info.head_family}) | "
           f"device {info.device} {info.dtype} | {len(prompts)} prompts x {a.repeat} | "
           f"max_new_tokens {a.max_new_tokens} | tree depth {a.depth} top_k {a.top_k} total {a.total_tokens} | "
           f"temperature {a.temperature} | copy branch "
-          f"{','.join(map(str, a.copy_branches or [_decode_options(a)['copy_branch']]))} (ngram {a.copy_ngram})")
+          f"{','.join(map(str, a.copy_branches or [options['copy_branch']]))} (ngram {a.copy_ngram})")
     print(format_table(table))
     if len(set(categories)) > 1:
         print("\nby prompt category:")
