@@ -10,7 +10,7 @@ import torch
 from nanospec.bench.random_pair import random_target, random_target_config
 from nanospec.features import recording
 from nanospec.head3 import load_eagle3, save_eagle3
-from nanospec.training.eagle3_data import Sample3, split_batch
+from nanospec.training.eagle3_data import Sample3, answer_start, generation_marker, load_data_file, split_batch
 from nanospec.training.eagle3_train import (LoopConfig, collate3, init_eagle3_from_target, resume_head, train_loop,
                                             ttt_loss)
 from nanospec.training.real_tasks import TextPools, make_real_tasks
@@ -49,9 +49,53 @@ def test_split_batch_keeps_prompt_answer_and_eos():
     top1 = torch.arange(2 * m).reshape(2, m)
     s = split_batch(ids, mask, out_ids, feats, last, top1, eos_id=2)
     assert s[0].ids.tolist() == [5, 6, 10, 2] and s[1].ids.tolist() == [7, 8, 9, 11, 12, 13]
+    assert (s[0].answer, s[1].answer) == (2, 3)                 # index of the first generated token
     assert torch.equal(s[0].top1, top1[0, 1:4]) and torch.allclose(s[0].feats.float(), feats[0, 1:4], atol=1e-2)
     with pytest.raises(ValueError, match="do not fit"):
         split_batch(ids, mask, out_ids, feats[:, :2], last, top1, eos_id=2)
+
+
+def test_answer_start_from_the_generation_marker(tmp_path):
+    assert answer_start([1, 9, 4, 5, 7, 9, 4, 5, 8, 8], [9, 4, 5]) == 8     # after the last occurrence
+    with pytest.raises(ValueError, match="does not occur"):
+        answer_start([1, 2, 3], [9, 4])
+
+    class ChatML:                                    # the default target's template, character-level ids
+        def apply_chat_template(self, chat, add_generation_prompt, tokenize):
+            text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in chat)
+            return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+        def __call__(self, text, add_special_tokens):
+            return {"input_ids": [ord(c) for c in text]}
+
+    marker = generation_marker(ChatML())
+    assert "".join(map(chr, marker)) == "<|im_start|>assistant\n"
+    # a file written before samples had `answer`: the loader finds it from the marker
+    ids = torch.tensor([ord(c) for c in "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nok"])
+    n = len(ids) - 1
+    old = {"ids": ids, "feats": torch.zeros(n, 6).half(), "last": torch.zeros(n, 2).half(),
+           "top1": torch.zeros(n, dtype=torch.long), "start": 0}
+    torch.save([old], tmp_path / "batch-0000.pt")
+    assert load_data_file(tmp_path / "batch-0000.pt", marker)[0].answer == len(ids) - 2
+    assert load_data_file(tmp_path / "batch-0000.pt")[0].answer == -1
+
+
+def test_prompt_weight_zero_trains_on_answer_positions_only(tiny_target, samples):
+    head = init_eagle3_from_target(tiny_target)
+    embed = tiny_target.get_input_embeddings()
+    with_answers = [Sample3(s.ids, s.feats, s.last, s.top1, answer=len(s.ids) // 2) for s in samples[:4]]
+    batch = list(collate3(with_answers))
+    answer = batch[5]
+    assert answer.any() and not answer.all()
+    changed = list(batch)
+    changed[2] = torch.where(answer[..., None], batch[2], torch.randn_like(batch[2]))  # new targets at prompt positions
+    frequent = torch.arange(32)
+    with torch.no_grad():
+        a0, _ = ttt_loss(head, embed, *batch, frequent, steps=3, prompt_weight=0.0)
+        b0, _ = ttt_loss(head, embed, *changed, frequent, steps=3, prompt_weight=0.0)
+        a1, _ = ttt_loss(head, embed, *batch, frequent, steps=3, prompt_weight=1.0)
+        b1, _ = ttt_loss(head, embed, *changed, frequent, steps=3, prompt_weight=1.0)
+    assert torch.allclose(a0, b0) and not torch.allclose(a1, b1)
 
 
 def test_real_tasks_are_seeded_varied_and_exclude():
@@ -86,7 +130,7 @@ def test_ttt_loss_has_every_step_and_training_lowers_it(tiny_target, samples, tm
     with torch.no_grad():
         after, _ = ttt_loss(head, embed, *batch, frequent, steps=3)
     assert after.item() < 0.97 * before.item()
-    assert result["steps"] > 0 and {"val_acc1", "val_acc2", "val_acc3"} <= result["history"][-1].keys()
+    assert result["steps"] > 0 and {"val_acc1", "val_acc2", "val_acc3", "val_ans_acc1"} <= result["history"][-1].keys()
     # checkpoint: EAGLE-3 head + optimizer + state; resume gives the same weights and the step count
     assert (tmp_path / "latest" / "head" / "config.json").is_file() and (tmp_path / "best" / "optimizer.pt").is_file()
     again, opt_state, state = resume_head(tmp_path / "latest", tiny_target)
@@ -143,3 +187,21 @@ def test_export_without_lm_head_loads_the_targets(tiny_target, tmp_path):
     save_eagle3(head, tmp_path / "trained")
     with pytest.raises(ValueError, match="differs from the target"):
         export(tmp_path / "trained", tmp_path / "bad", target=tiny_target)
+
+
+def test_train_plans_and_data_folders(tmp_path, monkeypatch):
+    from nanospec.training.eagle3_cli import _data_dir, build_parser, train_plans
+
+    monkeypatch.setenv("NANOSPEC_CACHE", str(tmp_path))
+    args = build_parser().parse_args([])
+    assert train_plans(args) == [("real", 6000)]
+    mixed = build_parser().parse_args(["--train-plans", "real:6000, templated:2400", "--tasks", "10"])
+    assert train_plans(mixed) == [("real", 6000), ("templated", 2400)]
+    assert train_plans(build_parser().parse_args(["--train-plans", "templated"])) == [("templated", 6000)]
+    for bad in ("foo:10", "real:many"):
+        with pytest.raises(ValueError, match="PLAN"):
+            train_plans(build_parser().parse_args(["--train-plans", bad]))
+    # the real plan keeps the cache key it had before plans existed; each plan has its own folder
+    real = _data_dir(args, "T")
+    assert json.loads((real / "key.json").read_text()) == ["eagle3-data", 1, "T", 6000, 128, 640, 32, 0]
+    assert _data_dir(args, "T", "templated") != real != _data_dir(args, "T", "real", 10)

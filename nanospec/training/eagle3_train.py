@@ -57,7 +57,9 @@ def init_eagle3_from_target(target, seed: int = 0) -> Eagle3Head:
 
 
 def collate3(samples: list[Sample3]) -> tuple[torch.Tensor, ...]:
-    """-> ids [B, T+1], feats [B, T, 3H], last [B, T, H] (fp32), top1 [B, T], valid [B, T] (position < len - 1)."""
+    """-> ids [B, T+1], feats [B, T, 3H], last [B, T, H] (fp32), top1 [B, T], valid [B, T] (position < len - 1),
+    answer [B, T] (the token predicted from position p, ids[p + 1], is answer text; all True when a
+    sample's answer start is not known)."""
     t = max(len(s.ids) for s in samples) - 1
     b = len(samples)
     ids = torch.zeros(b, t + 1, dtype=torch.long)
@@ -65,17 +67,20 @@ def collate3(samples: list[Sample3]) -> tuple[torch.Tensor, ...]:
     last = torch.zeros(b, t, samples[0].last.shape[1])
     top1 = torch.zeros(b, t, dtype=torch.long)
     valid = torch.zeros(b, t, dtype=torch.bool)
+    answer = torch.zeros(b, t, dtype=torch.bool)
     for i, s in enumerate(samples):
         n = len(s.ids) - 1
         ids[i, :n + 1], feats[i, :n], last[i, :n], top1[i, :n] = s.ids, s.feats.float(), s.last.float(), s.top1
         valid[i, s.start:n] = True
-    return ids, feats, last, top1, valid
+        answer[i, max(s.answer - 1, 0):n] = True
+    return ids, feats, last, top1, valid, answer
 
 
-def ttt_loss(head: Eagle3Head, embed, ids, feats, last, top1, valid, frequent: torch.Tensor, steps: int,
-             decay: float = 0.8) -> tuple[torch.Tensor, dict]:
+def ttt_loss(head: Eagle3Head, embed, ids, feats, last, top1, valid, answer, frequent: torch.Tensor, steps: int,
+             decay: float = 0.8, prompt_weight: float = 1.0) -> tuple[torch.Tensor, dict]:
     """Training-time-test loss over `steps` drafting steps. Step j (1-based) at row r reads
-    embed(x[r+j]) and predicts the target's distribution at position r+j (soft CE, sampled rows)."""
+    embed(x[r+j]) and predicts the target's distribution at position r+j (soft CE, sampled rows).
+    Positions whose next token is prompt text weigh `prompt_weight`, answer positions 1."""
     t = feats.shape[1]
     steps = max(1, min(steps, t - 1))
     with torch.no_grad():
@@ -93,8 +98,10 @@ def ttt_loss(head: Eagle3Head, embed, ids, feats, last, top1, valid, frequent: t
         with torch.no_grad():
             target_p = (last[:, j:][m] @ w.T).softmax(-1)
             label = top1[:, j:][m]
+            weight = torch.where(answer[:, j:][m], 1.0, prompt_weight)
         logits = p @ w.T
-        ce = -(target_p * logits.log_softmax(-1)).sum(-1).mean()
+        per_pos = -(target_p * logits.log_softmax(-1)).sum(-1)
+        ce = (weight * per_pos).sum() / weight.sum().clamp_min(1e-6)
         total = total + decay ** (j - 1) * ce
         stats[f"ce{j}"] = ce.item()
         stats[f"acc{j}"] = (vocab[logits.argmax(-1)] == label).float().mean().item()
@@ -104,22 +111,28 @@ def ttt_loss(head: Eagle3Head, embed, ids, feats, last, top1, valid, frequent: t
 
 @torch.no_grad()
 def val_accuracy(head: Eagle3Head, embed, samples: list[Sample3], steps: int) -> dict:
-    """Full-vocabulary top-1 agreement with the target's greedy token, per drafting step (TTT unrolled)."""
+    """Full-vocabulary top-1 agreement with the target's greedy token, per drafting step (TTT unrolled):
+    ``val_acc{j}`` over every position, ``val_ans_acc{j}`` over answer positions (what the head drafts)."""
     was = head.training
     head.eval()
-    hits = [0] * steps
-    total = [0] * steps
+    hits, total = [0] * steps, [0] * steps
+    ans_hits, ans_total = [0] * steps, [0] * steps
     for s in samples:
-        ids, feats, _, top1, valid = collate3([s])
+        ids, feats, _, top1, valid, answer = collate3([s])
         t = feats.shape[1]
         k = max(1, min(steps, t - 1))
         preds = unrolled_forward(head, [embed(ids[:, j:j + t - j + 1]).float() for j in range(1, k + 1)], feats)
         for j, pred in enumerate(preds, start=1):
             guess = head.logits(pred[:, :t - j]).argmax(-1)
-            hits[j - 1] += int((guess == top1[:, j:]).sum())
+            hit, ans = guess == top1[:, j:], answer[:, j:]
+            hits[j - 1] += int(hit.sum())
             total[j - 1] += t - j
+            ans_hits[j - 1] += int((hit & ans).sum())
+            ans_total[j - 1] += int(ans.sum())
     head.train(was)
-    return {f"val_acc{j + 1}": hits[j] / max(total[j], 1) for j in range(steps)}
+    out = {f"val_acc{j + 1}": hits[j] / max(total[j], 1) for j in range(steps)}
+    out.update({f"val_ans_acc{j + 1}": ans_hits[j] / max(ans_total[j], 1) for j in range(steps)})
+    return out
 
 
 @dataclass
@@ -133,6 +146,7 @@ class LoopConfig:
     checkpoint_every_s: float = 600.0
     seed: int = 0
     log_every: int = 10
+    prompt_weight: float = 1.0          # loss weight of prompt positions (answer positions: 1)
     val: list = field(default_factory=list)
 
 
@@ -199,7 +213,8 @@ def train_loop(head: Eagle3Head, target, load_samples, frequent: torch.Tensor, c
                 break
             for g in opt.param_groups:
                 g["lr"] = cfg.lr * _lr_factor(step, elapsed, cfg)
-            loss, stats = ttt_loss(head, embed, *collate3([samples[i] for i in batch]), frequent, cfg.steps)
+            loss, stats = ttt_loss(head, embed, *collate3([samples[i] for i in batch]), frequent, cfg.steps,
+                                   prompt_weight=cfg.prompt_weight)
             if not torch.is_tensor(loss):
                 continue
             opt.zero_grad(set_to_none=True)
@@ -230,8 +245,9 @@ def train_loop(head: Eagle3Head, target, load_samples, frequent: torch.Tensor, c
 def _checkpoint(head, embed, opt, cfg: LoopConfig, step: int, elapsed: float, history: list, out: Path, log) -> dict:
     row = {"step": step, "elapsed_s": round(elapsed, 1), **val_accuracy(head, embed, cfg.val, cfg.steps)}
     save_checkpoint(head, opt, {"step": step, "elapsed_s": elapsed, "history": history + [row]}, out / "latest")
-    best = max([h.get("val_acc1", 0) for h in history] + [0])
-    if row["val_acc1"] >= best:
+    key = "val_ans_acc1"                 # answer positions: what the head drafts at inference
+    best = max([h.get(key, 0) for h in history] + [0])
+    if row[key] >= best:
         save_checkpoint(head, opt, {"step": step, "elapsed_s": elapsed, "history": history + [row]}, out / "best")
     log("checkpoint " + json.dumps(row))
     return row
