@@ -194,14 +194,15 @@ def test_train_plans_and_data_folders(tmp_path, monkeypatch):
 
     monkeypatch.setenv("NANOSPEC_CACHE", str(tmp_path))
     args = build_parser().parse_args([])
-    assert train_plans(args) == [("real", 6000)]
-    mixed = build_parser().parse_args(["--train-plans", "real:6000, templated:2400", "--tasks", "10"])
-    assert train_plans(mixed) == [("real", 6000), ("templated", 2400)]
-    assert train_plans(build_parser().parse_args(["--train-plans", "templated"])) == [("templated", 6000)]
-    for bad in ("foo:10", "real:many"):
+    assert train_plans(args) == [("real", 6000, 32)]
+    mixed = build_parser().parse_args(["--train-plans", "real:6000, templated:2400:64", "--tasks", "10"])
+    assert train_plans(mixed) == [("real", 6000, 32), ("templated", 2400, 64)]
+    assert train_plans(build_parser().parse_args(["--train-plans", "templated"])) == [("templated", 6000, 32)]
+    for bad in ("foo:10", "real:many", "real:1:2:3", "real:0"):
         with pytest.raises(ValueError, match="PLAN"):
             train_plans(build_parser().parse_args(["--train-plans", bad]))
     # the real plan keeps the cache key it had before plans existed; each plan has its own folder
     real = _data_dir(args, "T")
     assert json.loads((real / "key.json").read_text()) == ["eagle3-data", 1, "T", 6000, 128, 640, 32, 0]
     assert _data_dir(args, "T", "templated") != real != _data_dir(args, "T", "real", 10)
+    assert _data_dir(args, "T", "real", 6000, 32) == real != _data_dir(args, "T", "real", 6000, 64)

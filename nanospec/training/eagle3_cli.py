@@ -33,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="conversations: real-text tasks, or the short templated instructions")
     p.add_argument("--tasks", type=int, default=6000, help="conversations to plan (data stops at --data-minutes)")
     p.add_argument("--train-plans", default=None,
-                   help="data to train on: comma-separated PLAN[:TASKS] (default: --plan with --tasks), "
-                        "e.g. real:6000,templated:2400")
+                   help="data to train on: comma-separated PLAN[:TASKS[:GEN_BATCH]] (default: --plan with --tasks "
+                        "and --gen-batch), e.g. real:6000,templated:2400:64")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--max-prompt-tokens", type=int, default=640, help="longer prompts are dropped")
     p.add_argument("--gen-batch", type=int, default=32)
@@ -74,12 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
 PLANS = ("real", "templated")
 
 
-def _data_dir(args, target_name: str, plan: str | None = None, tasks: int | None = None) -> Path:
+def _data_dir(args, target_name: str, plan: str | None = None, tasks: int | None = None,
+              gen_batch: int | None = None) -> Path:
     from ..default_model import cache_root
 
     plan, tasks = plan or args.plan, args.tasks if tasks is None else tasks
-    fields = ["eagle3-data", 1, target_name, tasks, args.max_new_tokens, args.max_prompt_tokens, args.gen_batch,
-              args.seed]
+    fields = ["eagle3-data", 1, target_name, tasks, args.max_new_tokens, args.max_prompt_tokens,
+              args.gen_batch if gen_batch is None else gen_batch, args.seed]
     key = json.dumps(fields + ([plan] if plan != "real" else []))     # "real" keeps its earlier cache key
     folder = cache_root() / "train_head" / ("eagle3-" + hashlib.sha1(key.encode()).hexdigest()[:12])
     folder.mkdir(parents=True, exist_ok=True)
@@ -171,17 +172,18 @@ def _split_samples(args, folder: Path, held_out: bool, marker: list[int] | None 
     return out
 
 
-def train_plans(args) -> list[tuple[str, int]]:
-    """--train-plans as (plan, tasks) pairs; ValueError naming what is wrong."""
+def train_plans(args) -> list[tuple[str, int, int]]:
+    """--train-plans as (plan, tasks, gen_batch) triples; ValueError naming what is wrong."""
     if not args.train_plans:
-        return [(args.plan, args.tasks)]
+        return [(args.plan, args.tasks, args.gen_batch)]
     out = []
     for item in args.train_plans.split(","):
-        plan, _, tasks = item.strip().partition(":")
-        if plan not in PLANS or (tasks and not tasks.isdigit()):
-            raise ValueError(f"--train-plans item {item!r}: expected PLAN[:TASKS] with PLAN one of "
-                             f"{', '.join(PLANS)} and TASKS a whole number")
-        out.append((plan, int(tasks) if tasks else args.tasks))
+        plan, *numbers = item.strip().split(":")
+        if plan not in PLANS or len(numbers) > 2 or not all(n.isdigit() and int(n) > 0 for n in numbers):
+            raise ValueError(f"--train-plans item {item!r}: expected PLAN[:TASKS[:GEN_BATCH]] with PLAN one of "
+                             f"{', '.join(PLANS)} and TASKS, GEN_BATCH whole numbers > 0")
+        numbers = [int(n) for n in numbers] + [args.tasks, args.gen_batch][len(numbers):]
+        out.append((plan, numbers[0], numbers[1]))
     return out
 
 
@@ -238,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     _generate(args, loaded, convs, folder)
     if args.data_only:
         return 0
-    folders = [_data_dir(args, loaded.name, plan, tasks) for plan, tasks in train_plans(args)]
+    folders = [_data_dir(args, loaded.name, plan, tasks, batch) for plan, tasks, batch in train_plans(args)]
     for f in folders:
         if not any(f.glob("batch-*.pt")):
             raise ValueError(f"no training data in {f}: generate it first (--plan, --tasks, --data-minutes > 0)")
