@@ -160,6 +160,8 @@ def _generate(args, loaded, convs: list, folder: Path) -> None:
 def _split_samples(args, folder: Path, held_out: bool, marker: list[int] | None = None) -> list:
     """Sample k of the cached files (in file order) is validation when k % 40 == 7, for the first
     --val-sequences such samples; files written later only add training samples."""
+    from .eagle3_data import load_data_file
+
     out, k, tokens = [], 0, 0
     for f in sorted(folder.glob("batch-*.pt")):
         if tokens >= args.max_train_tokens:
@@ -249,8 +251,3 @@ def main(argv: list[str] | None = None) -> int:
     _train(args, argv, loaded.model, folders, generation_marker(loaded.tokenizer))
     return 0
 
-
-def load_data_file(path: Path, marker: list[int] | None = None):
-    from .eagle3_data import load_data_file as load
-
-    return load(path, marker)
