@@ -36,16 +36,18 @@ def sample_token(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, x, right=True)[:, 0].clamp(max=probs.shape[-1] - 1)
 
 
-def greedy_path(tokens: torch.Tensor, parents: torch.Tensor, argmax: torch.Tensor) -> DevicePath:
-    """Longest path whose every token equals the target's argmax at its parent; bonus = argmax at its end."""
+def greedy_path(tokens: torch.Tensor, parents: torch.Tensor, argmax: torch.Tensor,
+                ancestors: torch.Tensor | None = None) -> DevicePath:
+    """Longest path whose every token equals the target's argmax at its parent; bonus = argmax at its end.
+    `ancestors`: the tree's [T, T] ancestor mask when the caller has it (made from `parents` if not)."""
     par = parents.clamp(min=0)
     accept = (tokens == argmax[par]) & (parents >= 0)                       # [T]
-    nodes, length = _path(parents, _first_accepted_child(accept, par))
+    nodes, length = _path(parents, _first_accepted_child(accept, par), ancestors)
     return DevicePath(nodes, length, argmax.gather(0, _last(nodes, length)))
 
 
 def sample_path(tokens: torch.Tensor, parents: torch.Tensor, p: torch.Tensor,
-                generator: torch.Generator | None) -> DevicePath:
+                generator: torch.Generator | None, ancestors: torch.Tensor | None = None) -> DevicePath:
     """Multi-candidate rejection at every node at once; p [T, V] are the target's warped probabilities."""
     t, dev = tokens.shape[0], tokens.device
     idx = torch.arange(t, device=dev)
@@ -61,7 +63,7 @@ def sample_path(tokens: torch.Tensor, parents: torch.Tensor, p: torch.Tensor,
     left = p.sum(-1)[par] - before
     u = torch.rand(t + 1, generator=generator, device=dev)
     accept = child & (u[:t] * left < px)
-    nodes, length = _path(parents, _first_accepted_child(accept, par))
+    nodes, length = _path(parents, _first_accepted_child(accept, par), ancestors)
     last = _last(nodes, length)
     # bonus: a draw from p at the last node without its children's tokens (all were rejected)
     p_last = p.index_select(0, last)                                         # [1, V]
@@ -79,12 +81,14 @@ def _first_accepted_child(accept: torch.Tensor, par: torch.Tensor) -> torch.Tens
     return first.scatter_reduce(0, par, torch.where(accept, idx, t), reduce="amin")
 
 
-def _path(parents: torch.Tensor, chosen: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _path(parents: torch.Tensor, chosen: torch.Tensor,
+          ancestors: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Nodes whose every ancestor (and themselves) was chosen by its parent: one chain from the root."""
     t = parents.shape[0]
     idx = torch.arange(t, device=parents.device)
     ok = (parents < 0) | (chosen[parents.clamp(min=0)] == idx)             # [T]
-    on_path = ~(ancestor_mask(parents) & ~ok[None, :]).any(1)               # [T]
+    anc = ancestors if ancestors is not None else ancestor_mask(parents)    # [T, T]
+    on_path = ~(anc & ~ok[None, :]).any(1)                                  # [T]
     # parents come before children, so index order along the chain is root-to-leaf order
     nodes = torch.sort((~on_path).to(torch.int8), stable=True).indices
     return nodes, on_path.sum().reshape(1)

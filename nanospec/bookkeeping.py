@@ -29,9 +29,10 @@ def accept_step(tree: DraftTree, logits: torch.Tensor, argmax: torch.Tensor, pro
     """Acceptance on the device, then the step's one device->host transfer: the path, the bonus
     token and its membership, the Ext count and the tree (for the event)."""
     if sampling.greedy:
-        dp = greedy_path(tree.tokens, tree.parents, argmax)
+        dp = greedy_path(tree.tokens, tree.parents, argmax, tree.ancestors)
     else:
-        dp = sample_path(tree.tokens, tree.parents, warp_probs(logits, sampling.temperature, sampling.top_p), gen)
+        probs = warp_probs(logits, sampling.temperature, sampling.top_p)
+        dp = sample_path(tree.tokens, tree.parents, probs, gen, tree.ancestors)
     n_new = proposal.n_new.reshape(1) if proposal is not None else torch.zeros_like(dp.length)
     sources = tree.sources if tree.sources is not None else torch.ones_like(tree.tokens)
     nodes, (n,), (bonus,), (bonus_in,), (n_new,), tokens, parents, depths, scores, in_active, src = \

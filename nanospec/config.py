@@ -17,6 +17,11 @@ class TreeConfig:
     far, n-grams of `copy_ngram` tokens down to 1) as up to N more nodes (copy_branch.py). The
     default, 10, is the best of N = 0, 3, 6, 10 in a held-out `compare` run on a CPU
     (docs/benchmarks.md, "Context-copy branch").
+
+    `fixed_shape`: verify the same number of nodes every step (the copy chain's unused slots stay
+    as PAD nodes), as a GPU always does, where a shape that depends on data would make the host
+    wait. Off, a CPU drops the PAD nodes first (it pays for every verified node); on any other
+    device the shape is fixed either way.
     """
 
     depth: int = 3
@@ -24,6 +29,7 @@ class TreeConfig:
     total_tokens: int = 12
     copy_branch: int = 10
     copy_ngram: int = 2
+    fixed_shape: bool = False
 
     @property
     def max_nodes(self) -> int:
@@ -36,9 +42,12 @@ class TreeConfig:
         _check_int("total_tokens", self.total_tokens, 2, 512)
         _check_int("copy_branch", self.copy_branch, 0, 64)
         _check_int("copy_ngram", self.copy_ngram, 1, 16)
+        if not isinstance(self.fixed_shape, bool):
+            raise ValueError(f"fixed_shape must be True or False; got {self.fixed_shape!r}")
 
 
-TREE_OPTIONS = frozenset(TreeConfig.__dataclass_fields__)  # depth, top_k, total_tokens
+# the options that shape a tree (a run that sets none of them gets the device's default tree)
+TREE_OPTIONS = frozenset(TreeConfig.__dataclass_fields__) - {"fixed_shape"}
 
 
 def default_tree(device) -> TreeConfig:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from .timing import PhaseTimer
-from .tree import DraftTree, ancestor_mask
+from .tree import DraftTree
 
 # where a tree node came from (DraftTree.sources, StepEvent.tree_sources)
 ROOT, HEAD, COPY, BOTH, PAD = 0, 1, 2, 3, 4
@@ -73,7 +73,7 @@ class CopyBranch:
     buffer, and the chain it adds to each step's tree. What the engine calls:
 
         begin(prompt_ids, first_token)      at prefill
-        extend(tree, vocab, timer)          after drafting: the tree with the copy chain merged in
+        extend(tree, vocab, timer, fixed)   after drafting: the tree with the copy chain merged in
         append(tokens)                      after verification: the step's accepted tokens + bonus
 
     Sizes are host integers the engine already knows, so appending and slicing never sync.
@@ -110,13 +110,16 @@ class CopyBranch:
     def lookup(self) -> CopyChain:
         return lookup_continuation(self.tokens, self.n_tokens, self.max_ngram)
 
-    def extend(self, tree: DraftTree, vocab, timer: PhaseTimer) -> DraftTree:
+    def extend(self, tree: DraftTree, vocab, timer: PhaseTimer, fixed_shape: bool = False) -> DraftTree:
+        """The tree with the chain merged in. A CPU pays for every verified node and reads its own
+        memory for free, so there the PAD slots are dropped unless `fixed_shape`; any other device
+        always keeps the fixed shape (dropping them would sync the host)."""
         with timer.phase("copy_lookup"):
             chain = self.lookup()
             merged = merge_copy_chain(tree, chain, vocab.contains(chain.tokens))
-            # a CPU pays for every verified node and reads its own memory for free: drop the PAD
-            # slots there; an accelerator keeps the fixed shape (dropping them would sync the host)
-            return drop_pad_nodes(merged) if merged.tokens.device.type == "cpu" else merged
+            if fixed_shape or merged.tokens.device.type != "cpu":
+                return merged
+            return drop_pad_nodes(merged)
 
 
 def merge_copy_chain(tree: DraftTree, chain: CopyChain, chain_in_active: torch.Tensor) -> DraftTree:
@@ -135,7 +138,7 @@ def merge_copy_chain(tree: DraftTree, chain: CopyChain, chain_in_active: torch.T
     eq = (tree.tokens == chain_at_depth) & (depth >= 1) & (depth <= chain.length)
     eq = eq | (depth == 0)
     # on_chain[i]: every node on i's root path matches, i.e. that path spells the chain's prefix
-    on_chain = ~(ancestor_mask(tree.parents) & ~eq[None, :]).any(dim=1)     # [T]
+    on_chain = ~(tree.ancestors & ~eq[None, :]).any(dim=1)                  # [T]
     j = torch.arange(n, device=dev)
     at = on_chain[None, :] & (depth[None, :] == (j + 1)[:, None])            # [N, T]
     hit = at.any(dim=1)                                                      # [N] prefix of Trues
@@ -150,12 +153,20 @@ def merge_copy_chain(tree: DraftTree, chain: CopyChain, chain_in_active: torch.T
     depths = torch.where(real, j + 1, torch.ones_like(j))
     scores = torch.where(real, torch.zeros_like(tree.scores[1]), tree.scores[1]).expand(n)
     in_active = torch.where(real, chain_in_active.to(torch.bool), tree.in_active[1])
-    head_src = torch.where(on_chain, BOTH, HEAD)
-    head_src[0] = ROOT
+    head_src = torch.where(depth == 0, ROOT, torch.where(on_chain, BOTH, HEAD))
     sources = torch.cat([head_src, torch.where(real, COPY, PAD)])
+    # the merged tree's ancestor mask from the drafted tree's, without a second closure: real chain
+    # nodes are consecutive and hang below `attach` (the deepest node already on the chain, or the
+    # root); a PAD node sits under the root and is nobody's ancestor
+    n_hit = hit.sum()
+    attach = torch.where(n_hit > 0, node.gather(0, (n_hit - 1).clamp(min=0).reshape(1))[0], 0)
+    upper = torch.where(real[:, None], tree.ancestors[attach][None, :], tree.ancestors[0][None, :])  # [N, T]
+    chain_anc = (j[:, None] == j[None, :]) | (real[:, None] & real[None, :] & (j[None, :] < j[:, None]))
+    ancestors = torch.cat([torch.cat([tree.ancestors, torch.zeros_like(upper.T)], dim=1),
+                           torch.cat([upper, chain_anc], dim=1)])                   # [T + N, T + N]
     return DraftTree(tokens=torch.cat([tree.tokens, tokens]), parents=torch.cat([tree.parents, parents]),
                      depths=torch.cat([tree.depths, depths]), scores=torch.cat([tree.scores, scores]),
-                     in_active=torch.cat([tree.in_active, in_active]), sources=sources)
+                     in_active=torch.cat([tree.in_active, in_active]), sources=sources, ancestors=ancestors)
 
 
 def drop_pad_nodes(tree: DraftTree) -> DraftTree:
@@ -169,7 +180,8 @@ def drop_pad_nodes(tree: DraftTree) -> DraftTree:
     parents = tree.parents[keep]
     parents = torch.where(parents >= 0, new_index[parents.clamp(min=0)], parents)
     return DraftTree(tokens=tree.tokens[keep], parents=parents, depths=tree.depths[keep],
-                     scores=tree.scores[keep], in_active=tree.in_active[keep], sources=tree.sources[keep])
+                     scores=tree.scores[keep], in_active=tree.in_active[keep], sources=tree.sources[keep],
+                     ancestors=tree.ancestors[keep][:, keep])
 
 
 def drop_padding(nodes: dict[str, list], path: list[int]) -> tuple[dict[str, list], list[int]]:

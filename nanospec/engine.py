@@ -147,7 +147,7 @@ class SpecEngine:
         if config is not None and options:
             raise ValueError("pass either a GenerationConfig or keyword options, not both")
         if config is None and not TREE_OPTIONS & options.keys():
-            options.update(vars(default_tree(self.device)))
+            options = {**vars(default_tree(self.device)), **options}
         cfg = config or GenerationConfig.build(options.pop("method", "nanospec"), **options)
         cfg.validate()
         missing = self.missing_for(cfg.method)
@@ -243,10 +243,10 @@ class SpecEngine:
         active_size = vocab.size
         tree = drafter.draft(state.root_dev, vocab, cfg.tree, timer)
         if state.copy is not None:
-            tree = state.copy.extend(tree, vocab, timer)
+            tree = state.copy.extend(tree, vocab, timer, cfg.tree.fixed_shape)
         L = state.length
         with timer.phase("verify_forward"):
-            mask = tree_attention_mask(tree.parents, L)                     # [1, 1, T, L + T]
+            mask = tree_attention_mask(tree.ancestors, L)                     # [1, 1, T, L + T]
             pos = tree_position_ids(tree.depths, L)                         # [1, T]
             out = target_forward(self.model, tree.tokens[None], pos, state.cache, mask)
         with timer.phase("vocab_update"):

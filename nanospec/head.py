@@ -21,12 +21,13 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
+from .rotary import Fp32RotaryModule
+
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
-class EagleHead(nn.Module):
-    """The head keeps its rotary tables (`inv_freq`) in fp32 whatever dtype it is cast to: in bf16
-    the angles at position ~1,000 would be off by up to ~1.8 rad (theta = 5e5)."""
+class EagleHead(Fp32RotaryModule):
+    """The head keeps its rotary tables in fp32 whatever dtype it is cast to (`rotary.py`)."""
 
     def __init__(self, config: LlamaConfig, bias: bool = True, with_embedding: bool = False,
                  qkv_bias: bool = False):
@@ -51,15 +52,6 @@ class EagleHead(nn.Module):
     @property
     def hidden_size(self) -> int:
         return self.config.hidden_size
-
-    def _apply(self, fn, recurse=True):
-        # .to() / .half() / .cuda() all land here: let them move the rotary buffers, never cast them
-        rotary = dict(self.rotary_emb.named_buffers(recurse=False))
-        super()._apply(fn, recurse)
-        for name, fp32 in rotary.items():
-            moved = getattr(self.rotary_emb, name)
-            setattr(self.rotary_emb, name, fp32.to(device=moved.device))
-        return self
 
     def forward(
         self,

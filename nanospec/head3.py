@@ -26,6 +26,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
+from .rotary import Fp32RotaryModule
 from .head import _read_state, _reuse_target_embedding, head_config_from_target, llama_config_from_json
 
 ARCH = "LlamaForCausalLMEagle3"
@@ -55,7 +56,9 @@ class Eagle3Layer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class Eagle3Head(nn.Module):
+class Eagle3Head(Fp32RotaryModule):
+    """Keeps its rotary tables in fp32 whatever dtype it is cast to (`rotary.py`)."""
+
     family = "eagle3"
 
     def __init__(self, config: LlamaConfig, with_embedding: bool = False):

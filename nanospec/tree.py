@@ -19,6 +19,12 @@ class DraftTree:
     scores: torch.Tensor     # [T] float, cumulative draft log-prob (0 for the root)
     in_active: torch.Tensor  # [T] bool, token was in the drafter's active set when drafted
     sources: torch.Tensor | None = None  # [T] long, copy_branch.ROOT/HEAD/COPY/BOTH/PAD; None = root + head
+    ancestors: torch.Tensor | None = None  # [T, T] bool, ancestor_mask(parents); made once per tree
+
+    def __post_init__(self) -> None:
+        # the verification mask, the copy chain's merge and acceptance all read it: build it once
+        if self.ancestors is None:
+            self.ancestors = ancestor_mask(self.parents)
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -27,15 +33,14 @@ class DraftTree:
 def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
     """[T] parents -> [T, T] bool, mask[i, j] = j is i or an ancestor of i.
 
-    Transitive closure by repeated squaring of (I + parent edges): log2(T) small matmuls,
-    no data-dependent loop, so nothing syncs to the host.
+    Transitive closure by repeated squaring of (I + parent edges): log2(T) small matmuls built
+    from comparisons of index tensors, no data-dependent loop and no value written from the
+    host, so nothing syncs to the host.
     """
     t = parents.shape[0]
     idx = torch.arange(t, device=parents.device)
-    step = torch.zeros(t, t + 1, device=parents.device)
-    step[idx, idx] = 1.0
-    step[idx, torch.where(parents >= 0, parents, t)] = 1.0  # column t swallows the root's "-1"
-    reach = step[:, :t]
+    up = torch.where(parents >= 0, parents, idx)                       # the root points at itself
+    reach = ((idx[:, None] == idx[None, :]) | (up[:, None] == idx[None, :])).float()  # [T, T] I + edges
     for _ in range(max(1, (t - 1).bit_length())):
         reach = ((reach @ reach) > 0).float()
     return reach > 0
@@ -46,11 +51,12 @@ def depths_from_parents(parents: torch.Tensor) -> torch.Tensor:
     return ancestor_mask(parents).sum(dim=1) - 1
 
 
-def tree_attention_mask(parents: torch.Tensor, prefix_len: int) -> torch.Tensor:
-    """[1, 1, T, prefix_len + T] bool: each node sees the whole cached prefix and its ancestors."""
-    t = parents.shape[0]
-    prefix = torch.ones(t, prefix_len, dtype=torch.bool, device=parents.device)
-    return torch.cat([prefix, ancestor_mask(parents)], dim=1)[None, None]
+def tree_attention_mask(ancestors: torch.Tensor, prefix_len: int) -> torch.Tensor:
+    """[T, T] ancestor mask -> [1, 1, T, prefix_len + T] bool: each node sees the whole cached
+    prefix and its ancestors."""
+    t = ancestors.shape[0]
+    prefix = torch.ones(t, prefix_len, dtype=torch.bool, device=ancestors.device)
+    return torch.cat([prefix, ancestors], dim=1)[None, None]
 
 
 def tree_position_ids(depths: torch.Tensor, prefix_len: int) -> torch.Tensor:
@@ -115,4 +121,5 @@ def select_tree(
     scores = torch.cat([torch.zeros(1, device=dev, dtype=cand_scores.dtype), cand_scores[kept]])
     root_flag = torch.as_tensor(root_in_active, dtype=torch.bool, device=dev).reshape(1)
     in_active = torch.cat([root_flag, cand_in_active[kept]])
-    return DraftTree(tokens, parents, depths_from_parents(parents), scores, in_active)
+    anc = ancestor_mask(parents)
+    return DraftTree(tokens, parents, anc.sum(dim=1) - 1, scores, in_active, ancestors=anc)

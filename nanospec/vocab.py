@@ -140,13 +140,15 @@ class ActiveVocab:
 
     # -- state -----------------------------------------------------------------
     def _reset(self) -> None:
+        # (values go in with fill_/index_fill_: a Python scalar written by indexing, `t[i] = True`,
+        # is a blocking host->device copy on CUDA)
         self.member.zero_()
         self.ids.fill_(-1)
         self.count = 0  # filled ring slots (host int, known from committed n_new)
         self.ptr = 0    # next ring slot to write
         if self.n_core:
             self.ids[: self.n_core] = self.core
-            self.member[self.core] = True
+            self.member.index_fill_(0, self.core, True)
             self.buffer[: self.n_core] = self.weight.index_select(0, self.core)
             self.rows_gathered += self.n_core
 
@@ -162,9 +164,9 @@ class ActiveVocab:
         if self.count:
             self.wait_ready()
             self.member.zero_()
-            self.ids[self.n_core:] = -1
+            self.ids[self.n_core:].fill_(-1)
             if self.n_core:
-                self.member[self.core] = True
+                self.member.index_fill_(0, self.core, True)
             self.count, self.ptr = 0, 0
         prop = self.propose(torch.cat([prompt_ids.reshape(-1), prompt_top.reshape(-1)]))
         (n_new,), = transfer.to_host(prop.n_new)
@@ -194,10 +196,10 @@ class ActiveVocab:
         ring = (self.ptr + torch.arange(n, device=self.device)) % self.capacity
         slots = ring + self.n_core
         evicted = self.ids[slots]
-        self.member[torch.where(evicted >= 0, evicted, self.vocab_size)] = False
-        self.member[self.vocab_size] = False
+        # an empty slot holds -1: clear the dummy entry V instead (never a member)
+        self.member.index_fill_(0, torch.where(evicted >= 0, evicted, self.vocab_size), False)
         self.ids[slots] = new
-        self.member[new] = True
+        self.member.index_fill_(0, new, True)
         self._gather(new, slots)
         self.ptr = (self.ptr + n) % self.capacity
         self.count = min(self.capacity, self.count + n)

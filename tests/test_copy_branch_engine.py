@@ -26,15 +26,17 @@ def self_repeating_prompts(vocab: int) -> list[list[int]]:
     return out
 
 
+@pytest.mark.parametrize("fixed_shape", [False, True], ids=["cpu-shape", "fixed-shape"])
 @pytest.mark.parametrize("method", SPEC_METHODS)
-def test_greedy_with_copy_branch_equals_autoregressive(engine, prompts, method):
+def test_greedy_with_copy_branch_equals_autoregressive(engine, prompts, method, fixed_shape):
+    """Both tree shapes: PAD nodes dropped (a CPU's default) or kept (a GPU's, `fixed_shape`)."""
     every = prompts + self_repeating_prompts(engine.vocab_size)
     assert len(every) >= 20
     copied = 0
     for prompt in every:
         ref = engine.generate(prompt, method="ar", max_new_tokens=16)
         out = engine.generate(prompt, method=method, max_new_tokens=16, depth=3, top_k=4, total_tokens=12,
-                              copy_branch=4, **SMALL)
+                              copy_branch=4, fixed_shape=fixed_shape, **SMALL)
         assert out.token_ids == ref.token_ids, f"{method} + copy branch diverged on prompt {prompt[:5]}..."
         for e in out.events[1:]:
             assert "pad" not in e.tree_sources and len(e.tree_sources) == len(e.tree_tokens)

@@ -31,14 +31,24 @@ def test_quick_start_commands_are_what_ci_runs():
     assert re.search(rf"^{re.escape(test_command)}$", ci, flags=re.M), f".ci/run must run {test_command!r}"
 
 
+def _engine_modules() -> list[str]:
+    names = [p.name for p in (ROOT / "nanospec").glob("*.py") if p.stem != "__init__"]
+    return names + [f"{p.parent.name}/" for p in (ROOT / "nanospec").glob("*/__init__.py")]
+
+
 def test_layout_section_names_every_engine_module():
     layout = _section("Layout")
-    names = [p.name for p in (ROOT / "nanospec").glob("*.py") if p.stem != "__init__"]
-    names += [f"{p.parent.name}/" for p in (ROOT / "nanospec").glob("*/__init__.py")]
-    missing = [n for n in names if not re.search(rf"(?<![\w/]){re.escape(n)}", layout)]
+    missing = [n for n in _engine_modules() if not re.search(rf"(?<![\w/]){re.escape(n)}", layout)]
     assert not missing, f"README's Layout section does not mention {missing}"
     for folder in ("nanospec/", "app/", "assets/", "docs/", "tests/", "app.py"):
         assert folder in layout and (ROOT / folder.rstrip("/")).exists()
+
+
+def test_design_code_map_names_every_engine_module():
+    text = (ROOT / "docs" / "design.md").read_text()
+    code_map = text[text.index("## 1. Shape of the code"):text.index("## 2.")]
+    missing = [n for n in _engine_modules() if not re.search(rf"(?<![\w/]){re.escape(n)}", code_map)]
+    assert not missing, f"docs/design.md's code map does not mention {missing}"
 
 
 def test_relative_links_resolve():

@@ -15,7 +15,7 @@ from nanospec.features import eagle3_layer_ids, recording
 from nanospec.head3 import (Eagle3Head, d2t_from_ids, eagle3_config_from_target, is_eagle3_folder, load_eagle3,
                             save_eagle3, t2d_from_d2t)
 from nanospec.kv import new_cache
-from nanospec.tree import tree_attention_mask, tree_position_ids
+from nanospec.tree import ancestor_mask, tree_attention_mask, tree_position_ids
 from nanospec.verify import target_forward
 
 VOCAB = 32000
@@ -111,7 +111,7 @@ def test_three_features_equal_output_hidden_states(target):
         # a tree verification call: the hooks see the tree's positions and mask too
         parents, depths = torch.tensor([-1, 0, 0, 1]), torch.tensor([0, 1, 1, 2])
         tree = torch.tensor([[5, 6, 7, 8]])
-        target_forward(target, tree, tree_position_ids(depths, 9), cache, tree_attention_mask(parents, 9))
+        target_forward(target, tree, tree_position_ids(depths, 9), cache, tree_attention_mask(ancestor_mask(parents), 9))
         tree_feats = rec.take()
     path = torch.cat([ids, tree[:, [0, 1, 3]]], 1)             # root -> node 1 -> node 3 as a plain sequence
     ref = target.model(path, output_hidden_states=True).hidden_states

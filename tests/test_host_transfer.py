@@ -12,7 +12,7 @@ import nanospec
 from nanospec import transfer
 from nanospec.accept import greedy_path, sample_path, sample_token
 from nanospec.kv import compact_cache, new_cache
-from nanospec.tree import depths_from_parents, tree_attention_mask, tree_position_ids
+from nanospec.tree import ancestor_mask, depths_from_parents, tree_attention_mask, tree_position_ids
 from nanospec.verify import target_forward
 
 from .conftest import DEVICE
@@ -146,7 +146,7 @@ def test_kv_compaction_is_in_place(tiny_pair):
     cache = new_cache()
     target_forward(model, prompt, torch.arange(7, device=DEVICE)[None], cache)
     target_forward(model, torch.randint(0, 32000, (1, 5), generator=g).to(DEVICE),
-                   tree_position_ids(depths_from_parents(parents), 7), cache, tree_attention_mask(parents, 7))
+                   tree_position_ids(depths_from_parents(parents), 7), cache, tree_attention_mask(ancestor_mask(parents), 7))
     before = [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers]
     compact_cache(cache, 7, torch.tensor([0, 2, 4], device=DEVICE))
     assert [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers] == before

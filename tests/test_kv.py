@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from nanospec.kv import compact_cache, crop_cache, new_cache
-from nanospec.tree import depths_from_parents, tree_attention_mask, tree_position_ids
+from nanospec.tree import ancestor_mask, depths_from_parents, tree_attention_mask, tree_position_ids
 from nanospec.verify import target_forward
 
 from .conftest import DEVICE
@@ -26,7 +26,7 @@ def test_compacted_cache_equals_autoregressive_cache(tiny_pair):
     target_forward(model, prompt, torch.arange(n, device=DEVICE)[None], cache)
     depths = depths_from_parents(parents)
     out_tree = target_forward(model, tokens[None], tree_position_ids(depths, n), cache,
-                              tree_attention_mask(parents, n))
+                              tree_attention_mask(ancestor_mask(parents), n))
     compact_cache(cache, n, path)
 
     ref = new_cache()

@@ -70,18 +70,22 @@ def small_pair():
     return model, random_head(model.config, seed=5).to(DEVICE)
 
 
-@pytest.mark.parametrize("method,temperature,top_p,copy_branch",
-                         [("nanospec", 1.0, 1.0, 0), ("full", 0.7, 0.8, 0), ("nanospec", 1.0, 1.0, 2)])
-def test_speculative_sampling_matches_target_distribution(small_pair, method, temperature, top_p, copy_branch):
+@pytest.mark.parametrize("method,temperature,top_p,copy_branch,fixed_shape",
+                         [("nanospec", 1.0, 1.0, 0, False), ("full", 0.7, 0.8, 0, False),
+                          ("nanospec", 1.0, 1.0, 2, False), ("hybrid", 1.0, 1.0, 2, True)])
+def test_speculative_sampling_matches_target_distribution(small_pair, method, temperature, top_p, copy_branch,
+                                                          fixed_shape):
+    """`fixed_shape`: the GPU's tree (the copy chain's unused slots verified as PAD nodes)."""
     model, head = small_pair
     prompt = [3, 9, 1, 14, 3]
-    engine = SpecEngine(model, None, head, eos_token_ids=[])
+    engine = SpecEngine(model, None, head, eos_token_ids=[], frequent_ids=torch.randperm(V, generator=torch.Generator().manual_seed(6)))
     p2, p3 = exact_marginals(model, prompt, temperature, top_p)
     c2, c3 = torch.zeros(V), torch.zeros(V)
     accepted = copy_steps = copied = 0
     for seed in range(RUNS):
         r = engine.generate(prompt, method=method, max_new_tokens=3, temperature=temperature, top_p=top_p,
-                            seed=seed, depth=2, top_k=3, total_tokens=6, capacity=4, copy_branch=copy_branch)
+                            seed=seed, depth=2, top_k=3, total_tokens=6, capacity=4, copy_branch=copy_branch,
+                            fixed_shape=fixed_shape, core_size=4)
         c2[r.token_ids[1]] += 1
         c3[r.token_ids[2]] += 1
         accepted += sum(len(e.accepted_tokens) for e in r.events)

@@ -37,7 +37,7 @@ def test_masks_positions_paths_match_brute_force():
         depths = depths_from_parents(parents)
         assert depths.tolist() == [len(a) - 1 for a in anc]
         prefix = trial % 5
-        full = tree_attention_mask(parents, prefix)
+        full = tree_attention_mask(ancestor_mask(parents), prefix)
         assert full.shape == (1, 1, t, prefix + t)
         assert bool(full[0, 0, :, :prefix].all())
         assert torch.equal(full[0, 0, :, prefix:], expect)
