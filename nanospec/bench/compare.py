@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .. import metrics
+from .. import metrics, precision
 from ..config import GenerationConfig
 from ..engine import SpecEngine
 
@@ -36,6 +36,7 @@ class MethodRows:
     coverage: list[bool | None] = dataclasses.field(default_factory=list)  # per decode step
     outside: list[int] = dataclasses.field(default_factory=list)  # per decode step: accepted, not in the set
     sources: dict[str, int] = dataclasses.field(default_factory=dict)  # accepted drafts by node source
+    steps: list[list[int]] = dataclasses.field(default_factory=list)  # per output: tokens emitted per step
     active_sum: float = 0.0
     new_tokens: int = 0
 
@@ -91,7 +92,25 @@ def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, Generatio
             done += 1
             if progress:
                 progress(done, total)
-    return _table(rows, greedy=configs["ar"].sampling.greedy, vocab_size=engine.vocab_size)
+    table = _table(rows, greedy=configs["ar"].sampling.greedy, vocab_size=engine.vocab_size)
+    if configs["ar"].sampling.greedy:
+        _add_exactness(table, rows, engine, ids * repeat)
+    return table
+
+
+def _add_exactness(table: list[dict], rows: dict[str, MethodRows], engine: SpecEngine, ids: list[list[int]]) -> None:
+    """Greedy: per row, the share of outputs identical to ar's, each output's first divergence with
+    the target's logit margin there, and the verdict (`precision.exactness`)."""
+    ar = rows["ar"].outputs
+    for row in table:
+        if row["method"] == "ar":
+            continue
+        r = rows[row["method"]]
+        found = [precision.divergence(engine, p, out, ref, steps)
+                 for p, out, ref, steps in zip(ids, r.outputs, ar, r.steps or [None] * len(r.outputs))]
+        row["identical_share"] = sum(d is None for d in found) / len(found) if found else None
+        row["divergences"] = [d.to_dict() if d is not None else None for d in found]
+        row["exactness"] = precision.exactness(found, engine.model.dtype)
 
 
 def _record(row: MethodRows, result) -> None:
@@ -101,6 +120,7 @@ def _record(row: MethodRows, result) -> None:
     row.draft_ms.append(s.draft_ms_per_step)
     row.lm_head_ms.append(s.lm_head_ms_per_step)
     row.outputs.append(s.output_ids)
+    row.steps.append([e.n_emitted for e in result.events])
     emitted = [e.n_emitted for e in decode]
     row.taus.append(metrics.tau(emitted) if decode else 1.0)
     row.emitted += emitted
@@ -148,8 +168,8 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
             "tokens_per_s": _median(r.tps),
             "speedup": _median(speedups),
             "tau": metrics.tau(r.emitted) if steps else (1.0 if name == "ar" else float("nan")),
-            "draft_ms_per_step": _median(r.draft_ms) if r.draft_ms else None,
-            "lm_head_ms_per_step": _median(r.lm_head_ms) if r.lm_head_ms else None,
+            "draft_ms_per_step": _median(r.draft_ms) if r.draft_ms and drafts else None,
+            "lm_head_ms_per_step": _median(r.lm_head_ms) if r.lm_head_ms and drafts else None,
             "mean_active": mean_active if drafts else None,
             "active_frac": mean_active / vocab_size if drafts else None,
             "coverage": metrics.coverage(r.accepted, r.coverage, r.outside),
@@ -219,6 +239,22 @@ def resident_split_mb(status: str | None = None) -> dict[str, float] | None:
         return None
 
 
+def exactness_notes(table: list[dict]) -> list[str]:
+    """One line per method whose greedy output is not identical to ar's: the share, and each first
+    divergence with the target's margin there (see `precision.py`)."""
+    lines = []
+    for row in table:
+        if row.get("exactness") in (None, "identical"):
+            continue
+        lines.append(f"{row['method']}: {row['identical_share']:.0%} of outputs identical to ar; "
+                     + ("every difference is a near-tie at this precision" if row["exactness"] == "near-tie"
+                        else "a difference that precision does not explain"))
+        for i, d in enumerate(row["divergences"]):
+            if d is not None:
+                lines.append(f"  prompt {i}: " + precision.Divergence(**d).describe())
+    return lines
+
+
 def format_table(table: list[dict]) -> str:
     head = f"{'method':<18}{'tok/s':>8}{'speedup':>9}{'tau':>7}{'draft ms':>10}{'lm_head ms':>11}" \
            f"{'active':>9}{'% of V':>8}{'coverage':>10}{'identical':>11}{'copy/both %':>13}"
@@ -227,6 +263,8 @@ def format_table(table: list[dict]) -> str:
         def fmt(v, spec):  # a missing value keeps the column's width
             return format(v, spec) if v is not None and v == v else "-".rjust(int(spec.split(".")[0] or 0))
         ident = {True: "yes", False: "NO", None: "-"}[row["identical_to_ar"]]
+        if row.get("exactness") == "near-tie":  # low precision: differences the dtype explains
+            ident = f"{row['identical_share']:.0%} tie"
         lines.append(
             f"{row['method']:<18}{fmt(row['tokens_per_s'], '8.2f')}{fmt(row['speedup'], '8.2f')}x"
             f"{fmt(row['tau'], '7.2f')}{fmt(row['draft_ms_per_step'], '10.2f')}"
