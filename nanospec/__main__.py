@@ -56,6 +56,9 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
                         "list and run each")
     p.add_argument("--copy-ngram", type=int, default=t.copy_ngram,
                    help="copy branch: longest n-gram matched (then shorter ones, as transformers' prompt lookup)")
+    p.add_argument("--fixed-shape", action="store_true",
+                   help="verify the same number of tree nodes every step (the copy chain's unused slots as PAD "
+                        "nodes), as a GPU always does; a CPU otherwise drops them first")
 
 
 def _int_list(text: str) -> list[int]:
@@ -82,7 +85,8 @@ def _decode_options(a) -> dict:
     return dict(max_new_tokens=a.max_new_tokens, depth=a.depth, top_k=a.top_k, total_tokens=a.total_tokens,
                 temperature=a.temperature, top_p=a.top_p, seed=a.seed, capacity=a.capacity,
                 static_size=a.static_size, core_size=a.core_size, ctx_topk=a.ctx_topk,
-                copy_branch=(a.copy_branch or [TreeConfig().copy_branch])[0], copy_ngram=a.copy_ngram)
+                copy_branch=(a.copy_branch or [TreeConfig().copy_branch])[0], copy_ngram=a.copy_ngram,
+                fixed_shape=a.fixed_shape)
 
 
 def _load(a):

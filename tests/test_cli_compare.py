@@ -51,3 +51,17 @@ def test_compare_skips_after_loading_when_only_the_engine_knows(tmp_path, monkey
     assert rc == 0
     assert "skipping static: method 'static' needs a token-frequency table" in capsys.readouterr().err
     assert [r["method"] for r in json.loads(out_json.read_text())] == ["ar", "nanospec"]
+
+
+def test_fixed_shape_flag_reaches_the_engine(monkeypatch):
+    """`--fixed-shape` (the GPU's tree shape on any device) is a run option like the tree's others."""
+    engine, info = tiny_loader(vocab=512, hidden=32, layers=1)(None)
+    monkeypatch.setattr(cli, "_load", lambda a: (cli._fill_tree(a, engine.device), (engine, info))[1])
+    seen = []
+    real = engine.stream
+    monkeypatch.setattr(engine, "stream", lambda prompt, config=None, **kw: seen.append(config.tree) or real(prompt, config))
+    assert cli.main(["generate", "a b c a b c", "--method", "nanospec", "--fixed-shape", "--copy-branch", "3",
+                     *ARGS]) == 0
+    assert seen and seen[-1].fixed_shape is True and seen[-1].copy_branch == 3
+    assert cli.main(["generate", "a b c a b c", "--method", "nanospec", *ARGS]) == 0
+    assert seen[-1].fixed_shape is False

@@ -37,10 +37,25 @@ def test_cuda_event_timer_resolves_once_per_step():
     assert timer.cuda and phases["lm_head"] > 0 and not timer._events
 
 
+@pytest.mark.parametrize("copy_branch", [0, 6])
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-@pytest.mark.parametrize("method", ["ar", "full", "nanospec", "hybrid"])
-def test_cuda_syncs_one_per_step(engine, prompts, method, temperature):
-    cfg = GenerationConfig.build(method, max_new_tokens=8, temperature=temperature, capacity=256, core_size=128)
+@pytest.mark.parametrize("method", ["ar", "full", "static", "nanospec", "hybrid"])
+def test_cuda_syncs_one_per_step(engine, prompts, method, temperature, copy_branch):
+    """Timer off: the step's one transfer is its only sync (torch's sync debug mode sees every other)."""
+    cfg = GenerationConfig.build(method, max_new_tokens=8, temperature=temperature, capacity=256, core_size=128,
+                                 static_size=4096, copy_branch=copy_branch)
     engine.timing = False
-    counts = count_per_step(engine, prompts[3], cfg, cuda_syncs=True)
+    try:
+        counts = count_per_step(engine, prompts[3], cfg, cuda_syncs=True)
+    finally:
+        engine.timing = True
     assert counts and all(c == 1 for c in counts), counts
+
+
+@pytest.mark.parametrize("method", ["ar", "nanospec"])
+def test_cuda_timer_adds_one_event_wait_per_step(engine, prompts, method):
+    cfg = GenerationConfig.build(method, max_new_tokens=8, capacity=256, copy_branch=6)
+    kinds: dict = {}
+    counts = count_per_step(engine, prompts[3], cfg, cuda_syncs=True, kinds=kinds)
+    assert counts and all(c == 2 for c in counts), (counts, kinds)
+    assert all(w == 1 for w in kinds["event_wait"]), kinds

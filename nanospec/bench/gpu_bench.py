@@ -2,7 +2,8 @@
 
     python -m nanospec gpu-bench --out DIR [--quick] [--device cuda|cpu]
 
-1. Runs the engine tests on the device (`NANOSPEC_TEST_DEVICE`) and stops if they fail.
+1. Runs the engine tests on the device (`NANOSPEC_TEST_DEVICE`; `--quick`: a subset, time-boxed) and
+   records their outcome in the report; the benchmark runs either way.
 2. Builds random-weight Llama pairs directly on the device (nothing downloaded, nothing written
    but the results): Llama-3.2-1B and Llama-3.1-8B shapes (V = 128,256), bf16, each with an
    EAGLE-2 head of matching shape. `--device cpu` uses a tiny shape with the same vocabulary, fp32.
@@ -23,6 +24,7 @@ prompts whose output equals `ar`'s and, per prompt, the first position where it 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -30,6 +32,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -109,16 +112,33 @@ def _generate(engine: SpecEngine, ids: list[int], cfg: GenerationConfig):
     return result, time.perf_counter() - t0
 
 
-def count_per_step(engine: SpecEngine, ids: list[int], cfg: GenerationConfig, cuda_syncs: bool) -> list[int]:
-    """Device->host reads per decoding step: `transfer.to_host` calls, or (cuda_syncs) the
-    synchronising CUDA calls torch's sync debug mode reports."""
-    seen: list[str] = []  # a "step" mark before each step, one "read" per read
+SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's sync debug mode says this
+
+
+def count_per_step(engine: SpecEngine, ids: list[int], cfg: GenerationConfig, cuda_syncs: bool,
+                   kinds: dict[str, list[int]] | None = None) -> list[int]:
+    """Host waits per decoding step (prefill excluded): `transfer.to_host` calls, or (cuda_syncs)
+    every synchronising CUDA call that torch's sync debug mode reports plus every CUDA event
+    `synchronize()` (the phase timer's; the debug mode does not see those). `kinds`, if given,
+    receives the per-step counts of each kind ("debug_mode", "event_wait")."""
+    seen: list[str] = []  # a "step" mark before each step, then one entry per wait
     real = transfer.to_host
     engine.before_step = lambda step, method: seen.append("step")
-    with warnings.catch_warnings():
+
+    def note(message, *args, **kwargs):
+        if SYNC_WARNING in str(message):
+            seen.append("debug_mode")
+
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         warnings.simplefilter("always")
         if cuda_syncs:
-            warnings.showwarning = lambda *args, **kwargs: seen.append("read")
+            warnings.showwarning = note
+            real_sync = torch.cuda.Event.synchronize
+
+            def event_sync(event):
+                seen.append("event_wait")
+                return real_sync(event)
+            stack.enter_context(mock.patch.object(torch.cuda.Event, "synchronize", event_sync))
             torch.cuda.set_sync_debug_mode("warn")
         else:
             transfer.to_host = lambda *parts: seen.append("read") or real(*parts)
@@ -130,7 +150,11 @@ def count_per_step(engine: SpecEngine, ids: list[int], cfg: GenerationConfig, cu
             transfer.to_host = real
             engine.before_step = None
     marks = [i for i, s in enumerate(seen) if s == "step"] + [len(seen)]
-    return [b - a - 1 for a, b in zip(marks, marks[1:])]
+    steps = [seen[a + 1:b] for a, b in zip(marks, marks[1:])]
+    if kinds is not None:
+        for kind in ("debug_mode", "event_wait"):
+            kinds[kind] = [s.count(kind) for s in steps]
+    return [len(s) for s in steps]
 
 
 def _phase_means(results) -> dict[str, float]:
@@ -174,8 +198,11 @@ def bench_method(engine: SpecEngine, prompts: list[list[int]], cfg: GenerationCo
     if cuda:
         for timing in (False, True):
             engine.timing = timing
-            counts = count_per_step(engine, prompts[0], cfg, cuda_syncs=True)
-            row[f"cuda_syncs_per_step_timer_{'on' if timing else 'off'}"] = statistics.median(counts)
+            kinds: dict[str, list[int]] = {}
+            counts = count_per_step(engine, prompts[0], cfg, cuda_syncs=True, kinds=kinds)
+            row[f"cuda_syncs_per_step_timer_{'on' if timing else 'off'}"] = max(counts)
+            if timing:
+                row["event_waits_per_step_timer_on"] = max(kinds["event_wait"])
     engine.timing = True
     if ref is not None:
         div = [_first_divergence(o, ref[i]) for i, o in enumerate(outputs)]
@@ -213,6 +240,17 @@ def bench_shape(key: str, plan: Plan, device: torch.device, prompts: list[list[i
     return out
 
 
+def _bench_or_error(key: str, plan: Plan, device: torch.device, prompts: list[list[int]], log) -> dict:
+    """One shape's results, or what stopped it (out of memory, a kernel error): the report is written either way."""
+    try:
+        return bench_shape(key, plan, device, prompts, log)
+    except (RuntimeError, ValueError, AssertionError) as exc:
+        log(f"{SHAPES[key].name}: not measured ({type(exc).__name__}: {exc})")
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return {"shape": vars(SHAPES[key]), "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m nanospec gpu-bench", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for gpu_bench.json and gpu_bench.md")
@@ -233,12 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    tests = "skipped (--skip-tests)" if a.skip_tests else engine_tests(device, log)
+    tests = "skipped (--skip-tests)" if a.skip_tests else engine_tests(device, log, quick=a.quick)
     plan = plan_for(device, a.quick)
     torch.backends.cuda.matmul.allow_tf32 = False
     prompts = [p["ids"] for p in load_prompt_ids()[: plan.prompts]]
     t0 = time.perf_counter()
-    shapes = [bench_shape(key, plan, device, prompts, log) for key in plan.shapes]
+    shapes = [_bench_or_error(key, plan, device, prompts, log) for key in plan.shapes]
     meta = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "torch": torch.__version__, "dtype": str(plan.dtype).removeprefix("torch."),
             "quick": a.quick, "prompts": len(prompts), "new_tokens": plan.new_tokens, "engine_tests": tests,
