@@ -26,6 +26,8 @@ DTYPE_NAMES = {
     "float16": torch.float16, "fp16": torch.float16,
 }
 DEVICE_TYPES = ("cpu", "cuda", "mps")
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_MATMUL_PROBES: dict[tuple[torch.dtype, str], bool] = {}  # (dtype, device type) -> a 2x2 matmul runs
 HUB_CHECK_TIMEOUT_S = 3.0
 # "name" or "owner/name"; letters, digits, '-', '_', '.'; no '--' or '..' (hub naming rules)
 _HUB_ID = re.compile(r"^(?!.*(--|\.\.))[A-Za-z0-9][\w.\-]{0,95}(/[A-Za-z0-9][\w.\-]{0,95})?$")
@@ -84,6 +86,64 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device | 
     raise ValueError(f"dtype {dtype!r} is not supported; use one of {sorted(DTYPE_NAMES)}, 'auto' or None")
 
 
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _matmul_runs(dtype: torch.dtype, device_type: str) -> bool:
+    """Whether a 2x2 matmul in `dtype` runs on a `device_type` device (probed once per pair, then cached).
+
+    Older CPU builds raise e.g. ``"addmm_impl_cpu_" not implemented for 'Half'``: such a dtype would
+    load, then fail at the first forward."""
+    key = (dtype, device_type)
+    if key not in _MATMUL_PROBES:
+        try:
+            a = torch.ones(2, 2, dtype=dtype, device=device_type)
+            torch.mm(a, a)
+            _MATMUL_PROBES[key] = True
+        except (RuntimeError, NotImplementedError, TypeError):
+            _MATMUL_PROBES[key] = False
+    return _MATMUL_PROBES[key]
+
+
+def check_dtype_supported(dtype: str | torch.dtype, device: str | torch.device) -> None:
+    """ValueError, naming the dtype, the device and the dtypes allowed there, when `device` cannot
+    run `dtype`; called before any weights are read (`load_pair`, `load_target`).
+
+    - only float32, bfloat16 and float16 are supported at all;
+    - bfloat16 on a CUDA device needs ``torch.cuda.is_bf16_supported()``;
+    - bfloat16 / float16 on a CPU (or MPS) device need a 2x2 matmul in that dtype to run there.
+    CUDA is queried only for a CUDA device: a CPU check never touches ``torch.cuda``.
+    """
+    try:
+        torch_device = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device {device!r} is not valid; use one of {DEVICE_TYPES} "
+                         "(optionally with an index, e.g. 'cuda:0')") from err
+    where = str(torch_device)
+    if isinstance(dtype, str):
+        key = dtype.strip().lower().removeprefix("torch.")
+        if key not in DTYPE_NAMES:
+            raise ValueError(f"dtype {dtype!r} is not supported on device {where}; use one of "
+                             f"{', '.join(_dtype_name(d) for d in SUPPORTED_DTYPES)}")
+        dtype = DTYPE_NAMES[key]
+    if dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"dtype {_dtype_name(dtype)} is not supported on device {where}; use one of "
+                         f"{', '.join(_dtype_name(d) for d in SUPPORTED_DTYPES)}")
+    if dtype == torch.float32:
+        return
+    if torch_device.type == "cuda":
+        if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+            raise ValueError(f"dtype bfloat16 is not supported on device {where} (this GPU has no bfloat16 "
+                             "support); use float16 or float32")
+        return
+    if not _matmul_runs(dtype, torch_device.type):
+        allowed = [d for d in SUPPORTED_DTYPES if d == torch.float32 or _matmul_runs(d, torch_device.type)]
+        raise ValueError(f"dtype {_dtype_name(dtype)} is not supported on device {where} (this PyTorch build "
+                         f"cannot run a {_dtype_name(dtype)} matmul there); use "
+                         f"{' or '.join(_dtype_name(d) for d in allowed)}")
+
+
 def load_target(model: str | None = None, *, device: str | torch.device | None = None,
                 dtype: str | torch.dtype | None = None, trust_remote_code: bool = False,
                 progress: ProgressFn | None = None) -> LoadedTarget:
@@ -94,6 +154,7 @@ def load_target(model: str | None = None, *, device: str | torch.device | None =
     """
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    check_dtype_supported(torch_dtype, torch_device)  # before the default model is converted or weights read
     folder, name, source = _resolve_model(model, progress)
     hf_model, tokenizer = _load_pretrained(folder, torch_dtype, trust_remote_code)
     hf_model.to(torch_device)

@@ -56,8 +56,10 @@ def load_pair(model: str | None = None, head: str | Path | None = None, *, devic
     one when its vocabulary matches the target.
     `pack_linears=False` keeps PyTorch's default fp32 CPU linear kernel (see cpu_linear.py).
     """
-    from .loading import load_target
+    from .loading import check_dtype_supported, load_target, resolve_device, resolve_dtype
 
+    torch_device = resolve_device(device)
+    check_dtype_supported(resolve_dtype(dtype, torch_device), torch_device)  # before any download or weight read
     name = model
     if isinstance(model, str) and not is_default_alias(model) and not Path(model).expanduser().exists():
         model = str(hub.fetch_folder(model, "target", progress))  # a hub id: downloaded, then a folder
