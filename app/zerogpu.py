@@ -8,6 +8,14 @@
   request's own thread: no decode thread, no CUDA work on any other thread.
 
 Elsewhere the app keeps its single decode thread (app/decoding.py), which measured faster on CPU.
+
+What ZeroGPU supports, and so what the Space pins (docs/space.md, "ZeroGPU pins"; checked by
+tests/test_zerogpu.py): Python `SUPPORTED_PYTHON` (README front matter `python_version`) and torch in
+`SUPPORTED_TORCH` (requirements.txt, under a marker for the Space's Python), no `torch.compile`. Device
+queries (`torch.cuda.current_device`, `is_bf16_supported`, device properties/name, streams, events,
+`synchronize`) belong inside the decorated function only; the main process never initialises CUDA
+(loading a pair on `cuda` asks `current_device()` / `is_bf16_supported()`, which ZeroGPU's `spaces`
+answers in the main process without a GPU: tolerated, see docs/space.md).
 """
 
 from __future__ import annotations
@@ -16,6 +24,9 @@ import importlib.util
 import math
 import threading
 from collections.abc import Callable, Iterator
+
+SUPPORTED_PYTHON = ("3.10", "3.12")   # ZeroGPU's Python versions (at the time of writing)
+SUPPORTED_TORCH = ">=2.8,<2.12"       # ZeroGPU's torch versions: 2.8 to 2.11 (at the time of writing)
 
 MIN_DURATION_S = 15
 MAX_DURATION_S = 120

@@ -32,7 +32,7 @@ def test_importing_the_engine_never_imports_the_ui():
 def _requirement_names(lines: list[str]) -> dict[str, str]:
     reqs = {}
     for line in lines:
-        spec = line.split("#")[0].strip()
+        spec = line.split("#")[0].split(";")[0].strip()  # environment markers aside (the Space's torch pin)
         if spec:
             reqs[re.split(r"[<>=!~ \[]", spec, maxsplit=1)[0].lower()] = spec.replace(" ", "")
     return reqs
