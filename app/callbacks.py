@@ -363,7 +363,7 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
         "mean active": [f"{v:,.0f}" if v else "–" for v in table["mean_active"]],
         "% of V": [pct(f) if a else "–" for f, a in zip(table["active_frac"], table["mean_active"])],
         "coverage": [pct(c) for c in table["coverage"]],
-        "draft ms/step": [f"{v:.2f}" for v in table["draft_ms_per_step"]],
+        "draft ms/step": ["–" if m == "ar" else f"{v:.2f}" for m, v in zip(table["method"], table["draft_ms_per_step"])],
         "identical to ar": ["n/a (sampling)" if i is None else ("✓" if i else "✗") for i in table["identical"]],
     }, columns=COMPARE_COLUMNS)
 

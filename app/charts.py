@@ -112,7 +112,8 @@ def kpi_from_summary(summary) -> dict:
     return {"tokens": summary.new_tokens, "steps": summary.steps, "tokens_per_s": summary.tokens_per_s,
             "tau": summary.tau if summary.steps else math.nan, "mean_active": summary.mean_active,
             "active_frac": summary.active_frac, "vocab_size": summary.vocab_size, "coverage": summary.coverage,
-            "draft_share": summary.draft_share, "accepted_by_source": dict(summary.accepted_by_source)}
+            "draft_share": summary.draft_share, "accepted_by_source": dict(summary.accepted_by_source),
+            "decode_tokens_per_s": summary.decode_tokens_per_s, "ttft_ms": summary.ttft_ms}
 
 
 # -- KPIs ------------------------------------------------------------------------------
@@ -130,8 +131,13 @@ def kpi_html(values: dict) -> str:
     tau = values.get("tau", math.nan)
     cov = values.get("coverage")
     active = values.get("mean_active", 0.0)
+    decode = values.get("decode_tokens_per_s", math.nan)
+    ttft = values.get("ttft_ms", math.nan)
     cards = [
-        card("tokens/s", "–" if math.isnan(tps) else f"{tps:.1f}", f"{values.get('tokens', 0)} tokens"),
+        card("decode tokens/s", "–" if math.isnan(decode) else f"{decode:.1f}",
+             f"{values.get('tokens', 0)} tokens · {'–' if math.isnan(tps) else f'{tps:.1f}'}/s with prefill"),
+        card("time to first token", "–" if math.isnan(ttft) else
+             (f"{ttft / 1e3:.2f} s" if ttft >= 1e3 else f"{ttft:.0f} ms"), "the prompt's prefill"),
         card("τ (tokens per target forward)", "–" if math.isnan(tau) else f"{tau:.2f}",
              f"{values.get('steps', 0)} decode steps"),
         card("mean active size", f"{active:,.0f}" if active else "–",

@@ -157,6 +157,8 @@ class RunSummary:
     miss_counts: dict[str, int] = field(default_factory=dict)
     # accepted draft tokens by the source of their node: head, copy (copy chain only), both
     accepted_by_source: dict[str, int] = field(default_factory=dict)
+    decode_tokens_per_s: float = math.nan  # tokens after the first / decoding time after prefill
+    ttft_ms: float = math.nan               # time to first token: the prefill step's wall time
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -198,6 +200,8 @@ def summarize(events: list[StepEvent], method: str, wall_s: float, stop_reason: 
         text=text,
         miss_counts={k: sum(e.miss_kind == k for e in decode) for k in MISS_KINDS},
         accepted_by_source={k: sources.count(k) for k in ACCEPT_SOURCES},
+        decode_tokens_per_s=metrics.decode_tokens_per_s(new_tokens, wall_s, sum(e.wall_ms for e in prefill) / 1e3),
+        ttft_ms=sum(e.wall_ms for e in prefill) if prefill else math.nan,
     )
 
 

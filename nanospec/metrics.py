@@ -13,6 +13,8 @@ events frame (`events_to_frame`) feed them alike.
   outside (`n_outside`). The bonus token was in the set when the step's `coverage` flag is true.
   Steps that drafted nothing (`coverage` None) don't count.
 - **speedup**: tokens/s of a method / tokens/s of autoregressive decoding (same prompt, same run).
+- **decode tokens/s** and **time to first token**, as serving engines report them: tokens after the
+  first over the time after prefill, and the prefill's own time (tokens/s counts the whole run).
 - **identical to ar**: a greedy run's output equals autoregressive decoding's, token for token;
   undefined (None) when sampling, where only the distribution must match.
 - **token origins**: which source supplied each emitted token (see `ORIGINS`).
@@ -112,3 +114,10 @@ def identical_to_ar(output, ar_output, greedy: bool = True) -> bool | None:
     if not greedy:
         return None
     return list(output) == list(ar_output)
+
+
+def decode_tokens_per_s(new_tokens: int, wall_s: float, prefill_s: float) -> float:
+    """Tokens emitted after the first one (prefill emits one) per second of decoding after prefill;
+    NaN when nothing was decoded."""
+    decode_s = wall_s - prefill_s
+    return (new_tokens - 1) / decode_s if new_tokens > 1 and decode_s > 0 else math.nan

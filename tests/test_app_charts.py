@@ -75,8 +75,12 @@ def test_kpis_match_engine_summary(frame):
     assert k["mean_active"] == pytest.approx(summary.mean_active) == 43.0
     assert k["draft_share"] == pytest.approx(summary.draft_share)
     assert charts.running_coverage(frame)[-1] == pytest.approx(100 * summary.coverage)  # frame path agrees
+    # as serving engines report them: the first token's time (the prefill) apart from decoding's rate
+    assert k["ttft_ms"] == summary.ttft_ms == 50.0
+    assert k["decode_tokens_per_s"] == pytest.approx(4 / 0.45) == summary.decode_tokens_per_s
     html = charts.kpi_html(k)
-    for label in ("tokens/s", "τ", "mean active size", "coverage", "draft-time share", "4.3% of V"):
+    for label in ("decode tokens/s", "8.9", "time to first token", "50 ms", "10.0/s with prefill", "τ",
+                  "mean active size", "coverage", "draft-time share", "4.3% of V"):
         assert label in html
 
 

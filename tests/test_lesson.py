@@ -184,7 +184,11 @@ def test_recording_pipeline_end_to_end(tmp_path):
 
     engine, _ = tiny_loader(vocab=512, hidden=32, layers=1)(None)
     item = {"id": "qa-01", "category": "qa", "split": "train", "prompt": "the draft tree accepts a token"}
-    docs = lesson_traces.record_prompt(engine, item, 12, list(lesson_traces.RUNS))
+    docs = lesson_traces.record_prompt(engine, item, 12, list(lesson_traces.RUNS), repeats=2)
+    for doc in docs:  # every repeat is kept in the meta; the trace is the median-speed one
+        reps = doc["meta"]["repeats"]
+        assert len(reps["tokens_per_s"]) == 2 and doc["summary"]["tokens_per_s"] in reps["tokens_per_s"]
+        assert len(reps["speedup"]) == 2 and all(0 < c for c in reps["cpu_share"])
     pair = {"target": "tiny", "head": "random", "head_kind": "random", "device": "cpu", "dtype": "float32",
             "vocab_size": 512, "hidden_size": 32}
     settings = {"max_new_tokens": 12, "runs": lesson_traces.RUNS}
@@ -203,6 +207,50 @@ def test_recording_pipeline_end_to_end(tmp_path):
         assert "Development traces" in lc.chapter_text(lesson, number, "qa-01", 1)
 
 
+def test_a_noisy_recording_is_refused():
+    from nanospec.lesson import stability
+
+    steady = {"code-06/ar": {"tokens_per_s": [18.0, 18.5, 17.9], "speedup": [1, 1, 1], "cpu_share": [0.97] * 3},
+              "code-06/full": {"tokens_per_s": [22.0, 22.4, 21.8], "speedup": [1.22, 1.21, 1.22],
+                               "cpu_share": [0.95] * 3}}
+    assert stability.problems(steady, {"before": 18.2, "after": 18.0}) == []
+    noisy = {**steady, "sum-06/hybrid": {"tokens_per_s": [4.9, 1.3, 2.0], "speedup": [3.8, 1.0, 1.6],
+                                          "cpu_share": [0.9, 0.4, 0.8]}}
+    found = stability.problems(noisy, {"before": 18.2, "after": 9.0})
+    assert any("sum-06/hybrid: tokens/s varied" in f for f in found)
+    assert any("speedup over ar varied" in f for f in found)
+    assert any("the machine was busy" in f for f in found)
+    assert any("before the recording" in f for f in found)
+    assert stability.median_index([3.0, 1.0, 2.0]) == 2
+    # from 4 repeats the spread is the interquartile range: one outlier does not move the kept median
+    assert stability.spread([10.0, 10.2, 9.9, 10.1, 14.0]) < 0.05
+    assert stability.spread([8.0, 10.0, 12.0, 14.0, 16.0]) > stability.MAX_SPREAD
+
+
+def test_shipped_recording_is_plausible(shipped):
+    """The shipped figures come from a steady machine: every run's repeats agree, plain decoding ran at
+    the machine's calibrated speed, and on the median prompt every method that accepts more than 1.5
+    tokens per step is faster than plain decoding."""
+    import gzip as gz
+    import statistics
+
+    from nanospec.lesson import stability
+
+    bundle = json.loads(gz.open(lc.LESSON_DIR / lesson_traces.RUNS_FILE, "rt").read())
+    docs, calibration = bundle["runs"], bundle["calibration"]
+    assert calibration and bundle["settings"]["run_repeats"] >= 3
+    assert lesson_traces.check_recording(docs, calibration) == []
+    ar = [d["summary"]["tokens_per_s"] for d in docs if d["meta"]["run"] == "ar"]
+    mid = statistics.median([calibration["before"], calibration["after"]])
+    assert all(abs(t / mid - 1) < 0.25 for t in ar), (ar, calibration)
+    by_run: dict[str, list[float]] = {}
+    for d in docs:
+        if d["meta"]["run"] != "ar" and d["summary"]["tau"] > 1.5:
+            by_run.setdefault(d["meta"]["run"], []).append(statistics.median(d["meta"]["repeats"]["speedup"]))
+    assert by_run and all(statistics.median(v) > 1.0 for v in by_run.values()), by_run
+    assert stability.MAX_SPREAD <= 0.25
+
+
 def test_lm_head_timer_and_bad_arguments():
     import torch
 
@@ -211,6 +259,8 @@ def test_lm_head_timer_and_bad_arguments():
         lesson_traces.main(["--runs", "nope"])
     with pytest.raises(ValueError, match="--prompts"):
         lesson_traces.main(["--prompts", "no-such-id"])
+    with pytest.raises(ValueError, match="--run-repeats"):
+        lesson_traces.main(["--run-repeats", "0"])
 
 
 def test_missing_traces_say_how_to_record(tmp_path):
@@ -350,3 +400,11 @@ def test_shipped_sampling_material(shipped):
             assert all(0 <= t["accept_prob"] <= 1 + 1e-6 for t in root["tried"])
         assert check["kept"] <= check["runs"] and sum(t["count"] for t in check["tokens"]) == check["kept"]
         assert 0 <= check["total_variation"] <= 1 and 0 <= check["total_variation_exact"] <= 1
+
+
+def test_chapter_buttons_lead_somewhere():
+    """No Previous before chapter 1 and no Next after the last chapter."""
+    first_prev, first_next = lesson_tab.chapter_ends(1)
+    last_prev, last_next = lesson_tab.chapter_ends(len(lc.CHAPTERS))
+    assert first_prev.interactive is False and first_next.interactive is True
+    assert last_prev.interactive is True and last_next.interactive is False

@@ -56,9 +56,12 @@ def race_lanes(lesson: Lesson, prompt_id: str) -> str:
     """The race of the recorded `ar`, `full` and `nanospec` runs of a prompt."""
     lanes = [race.lane(key, r.events, r.summary, r.pieces) for key in figures.RACE_RUNS
              if (r := lesson.runs.get((prompt_id, key))) is not None]
-    machine = html.escape(str((lesson.info.get("machine") or {}).get("text")))
-    return race.race_html(lanes, f"Recorded {lesson.info.get('recorded_at')} on {machine}, one thread; "
-                          "each token appears when its step finished in the recording.")
+    label = lesson.info.get("machine") or {}
+    machine, threads = html.escape(str(label.get("text"))), label.get("torch_threads")
+    threads_text = f", {threads} torch thread{'s' if threads != 1 else ''}" if threads else ""
+    return race.race_html(lanes, f"Recorded {lesson.info.get('recorded_at')} on {machine}{threads_text}, the "
+                          "median-speed run of each method's repeats; each token appears when its step finished "
+                          "in the recording.")
 
 
 def first_vocab_miss(run: LessonRun) -> int:

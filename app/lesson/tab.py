@@ -109,12 +109,13 @@ def build_lesson_tab(try_it_targets: dict[str, gr.components.Component] | None =
 def _chapter_bar(lesson, chapter0: int, first_prompt: str) -> tuple:
     """The top bar: previous/next chapter, the chapter and prompt pickers, presenter mode, the Live toggle."""
     with gr.Row(equal_height=True, elem_id="lesson-bar"):
-        prev_chapter = gr.Button("◀ Previous", elem_id="lesson-prev-chapter", scale=0, min_width=110)
+        prev_chapter = gr.Button("◀ Previous", elem_id="lesson-prev-chapter", scale=0, min_width=110,
+                                 interactive=chapter0 > 1)
         chapter = gr.Dropdown([(f"Chapter {c.number} · {c.title}", c.number) for c in lc.CHAPTERS],
                               value=chapter0, label="Chapter", show_label=False, elem_id="lesson-chapter",
                               scale=4, container=False)
         next_chapter = gr.Button("Next chapter ▶", variant="primary", elem_id="lesson-next-chapter", scale=0,
-                                 min_width=150)
+                                 min_width=150, interactive=chapter0 < len(lc.CHAPTERS))
         prompt = gr.Dropdown([(f"Prompt {p['id']} · {p['category'].replace('_', ' ')}", p["id"])
                               for p in lesson.prompts], value=first_prompt, label="Recorded prompt",
                              show_label=False, elem_id="lesson-prompt", scale=2, container=False)
@@ -146,6 +147,12 @@ def _stage(first_prompt: str, chapter0: int, step0: int, last0: int) -> tuple:
 
 
 # -- wiring --------------------------------------------------------------------------------------------
+def chapter_ends(number) -> tuple:
+    """Previous / Next chapter buttons for chapter `number`: each enabled only where it leads somewhere."""
+    n = int(number or 1)
+    return gr.Button(interactive=n > 1), gr.Button(interactive=n < len(lc.CHAPTERS))
+
+
 def _wire(h: LessonHandles, back, forward, prev_chapter, next_chapter, speed, playing, live_toggle,
           try_it_targets, live_tab_id) -> None:
     quiet = dict(show_progress="hidden", concurrency_limit=None, api_visibility="undocumented", queue=False)
@@ -159,6 +166,8 @@ def _wire(h: LessonHandles, back, forward, prev_chapter, next_chapter, speed, pl
                        js=with_fit(4), **quiet)
     next_chapter.click(lambda n, p, pr, f: shift_chapter(n, p, pr, +1, f), [*base, h.fit], opened,
                        js=with_fit(4), **quiet)
+    # the first chapter has no previous one and the last no next one: their buttons say so by greying out
+    h.chapter.change(chapter_ends, h.chapter, [prev_chapter, next_chapter], **quiet)
     stepped = [h.chapter, h.prompt, h.step, h.presenter, h.fit]
     back.click(lambda n, p, s, pr, f: move(n, p, s, pr, -1, f), stepped, step_out, js=with_fit(5), **quiet)
     forward.click(lambda n, p, s, pr, f: move(n, p, s, pr, +1, f), stepped, step_out, js=with_fit(5), **quiet)

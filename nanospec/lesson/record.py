@@ -16,6 +16,7 @@ import gzip
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from datetime import datetime, timezone
@@ -27,7 +28,7 @@ from .. import metrics
 from ..config import GenerationConfig
 from ..events import TRACE_VERSION
 from ..paths import ASSETS
-from . import sampling
+from . import sampling, stability
 
 LESSON_DIR = ASSETS / "lesson"
 RUNS_FILE = "lesson_runs.json.gz"
@@ -149,17 +150,29 @@ def record_run(engine, messages: list[dict], run_key: str, max_new_tokens: int, 
             "summary": summary.to_dict(), "events": [e.to_dict() for e in events]}
 
 
-def record_prompt(engine, item: dict, max_new_tokens: int, runs: list[str]) -> list[dict]:
+def record_prompt(engine, item: dict, max_new_tokens: int, runs: list[str], repeats: int = 1) -> list[dict]:
+    """Every run of one prompt, interleaved, `repeats` times; each run keeps its median-speed repeat,
+    and its meta records every repeat's tokens/s, speedup over ar and CPU share (stability.py)."""
     from ..data.prompts import prompt_messages
 
     messages = prompt_messages(item)
+    tries: dict[str, list[tuple[dict, float]]] = {key: [] for key in runs}
+    for rep in range(repeats):
+        for key in runs:  # interleaved: a change in the machine's load hits every method alike
+            with stability.metered() as meter:
+                doc = record_run(engine, messages, key, max_new_tokens)
+            tries[key].append((doc, meter.cpu_share))
+            s = doc["summary"]
+            print(f"  {item['id']:>8} {key:>8} [{rep + 1}/{repeats}]: {s['new_tokens']} tokens, tau {s['tau']:.2f}, "
+                  f"{s['tokens_per_s']:.1f} tok/s, cpu share {meter.cpu_share:.2f} ({meter.wall_s:.1f} s)",
+                  file=sys.stderr)
+    ar_tps = [d["summary"]["tokens_per_s"] for d, _ in tries[runs[0]]]
     docs = []
     for key in runs:
-        t0 = time.perf_counter()
-        doc = record_run(engine, messages, key, max_new_tokens)
-        s = doc["summary"]
-        print(f"  {item['id']:>8} {key:>8}: {s['new_tokens']} tokens, tau {s['tau']:.2f}, "
-              f"{s['tokens_per_s']:.1f} tok/s ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+        tps = [d["summary"]["tokens_per_s"] for d, _ in tries[key]]
+        doc = tries[key][stability.median_index(tps)][0]
+        doc["meta"]["repeats"] = {"tokens_per_s": tps, "cpu_share": [c for _, c in tries[key]],
+                                  "speedup": [metrics.speedup(t, a) for t, a in zip(tps, ar_tps)]}
         docs.append(doc)
     reference = docs[0]["summary"]["output_ids"]
     prompt_ids = docs[0]["meta"]["prompt_ids"]
@@ -169,6 +182,22 @@ def record_prompt(engine, item: dict, max_new_tokens: int, runs: list[str]) -> l
                            identical_to_first=metrics.identical_to_ar(doc["summary"]["output_ids"], reference),
                            top3=top3)  # row i: the target's top-3 guesses for position i + 1
     return docs
+
+
+CALIBRATION_PROMPT = "Count from one to twenty in words."
+
+
+def calibrate(engine, max_new_tokens: int = 32) -> float:
+    """Plain decoding's tokens/s on a fixed prompt (median of 3): the machine's speed right now."""
+    cfg = GenerationConfig.build("ar", max_new_tokens=max_new_tokens, stop_on_eos=False)
+    return statistics.median(engine.generate(CALIBRATION_PROMPT, cfg).summary.tokens_per_s for _ in range(3))
+
+
+def check_recording(docs: list[dict], calibration: dict | None) -> list[str]:
+    """stability.problems over a recording's runs."""
+    runs = {f"{d['meta']['prompt_id']}/{d['meta']['run']}": d["meta"]["repeats"] for d in docs
+            if "repeats" in d["meta"]}
+    return stability.problems(runs, calibration)
 
 
 def record_sampling(engine, item: dict, max_new_tokens: int, runs: int) -> dict:
@@ -253,11 +282,12 @@ def _now() -> str:
 
 
 def write_runs(path: Path, docs: list[dict], prompts: list[dict], pair: dict, command: str,
-               settings: dict, machine: dict, sampled: dict | None = None) -> Path:
-    """The bundle; `sampled` maps a prompt id to `record_sampling`'s result (the sampling chapter)."""
+               settings: dict, machine: dict, sampled: dict | None = None, calibration: dict | None = None) -> Path:
+    """The bundle; `sampled` maps a prompt id to `record_sampling`'s result (the sampling chapter);
+    `calibration`: plain decoding's tokens/s before and after the recording."""
     bundle = {"format": BUNDLE_FORMAT, "version": 1, "command": command, "recorded_at": _now(),
               "machine": machine, "pair": pair, "settings": settings, "prompts": prompts, "runs": docs,
-              "sampling": sampled or {}}
+              "sampling": sampled or {}, "calibration": calibration}
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as fh:
         json.dump(bundle, fh, separators=(",", ":"))
@@ -277,8 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sampling-runs", type=int, default=300,
                     help="seeded two-token runs per prompt for the sampling chapter's distribution check (0 = skip)")
     ap.add_argument("--repeats", type=int, default=30, help="repeats per LM-head sweep point (median)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch CPU threads (default 1: steady timings on a shared machine; 0 = torch's default)")
+    ap.add_argument("--run-repeats", type=int, default=5,
+                    help="repeats of every decoding run, interleaved per prompt; each run keeps its median")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch CPU threads (default 0: torch's default, as the app and the benchmarks run)")
     ap.add_argument("--skip-runs", action="store_true", help="only the LM-head sweep")
     ap.add_argument("--skip-sweep", action="store_true", help="only the decoding runs")
     return ap
@@ -301,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError("--max-new-tokens must be in [1, 512]")
     if not 0 <= a.sampling_runs <= 10_000:
         raise ValueError("--sampling-runs must be in [0, 10000]")
+    if not 1 <= a.run_repeats <= 20:
+        raise ValueError("--run-repeats must be in [1, 20]")
     wanted = [p.strip() for p in a.prompts.split(",") if p.strip()]
     by_id = {p["id"]: p for p in load_prompts()}
     missing = [p for p in wanted if p not in by_id]
@@ -314,17 +348,26 @@ def main(argv: list[str] | None = None) -> int:
     if not a.skip_runs:
         engine, pair = load_engine(a.head, a.device)
         warm_up(engine, runs)
+        calibration = {"before": calibrate(engine)}
         docs, sampled = [], {}
         for pid in wanted:
-            docs += record_prompt(engine, by_id[pid], a.max_new_tokens, runs)
+            docs += record_prompt(engine, by_id[pid], a.max_new_tokens, runs, a.run_repeats)
+        calibration["after"] = calibrate(engine)
+        print(f"  calibration (ar, {CALIBRATION_PROMPT!r}): {calibration['before']:.1f} tok/s before, "
+              f"{calibration['after']:.1f} after", file=sys.stderr)
+        found = check_recording(docs, calibration)
+        if found:
+            raise SystemExit("record-lesson: the timings are not stable, so nothing was written (run it again on "
+                             "an idle machine):\n  " + "\n  ".join(found))
+        for pid in wanted:
             sampled[pid] = record_sampling(engine, by_id[pid], a.max_new_tokens, a.sampling_runs)
         prompts = [{"id": pid, "category": by_id[pid]["category"], "text": prompt_text(by_id[pid])}
                    for pid in wanted]
         settings = {"max_new_tokens": a.max_new_tokens, "runs": {k: RUNS[k] for k in runs},
                     "temperature": 0.0, "sampling": sampling.SAMPLING, "sampling_runs": a.sampling_runs,
-                    "defaults": GenerationConfig().to_dict()}
+                    "run_repeats": a.run_repeats, "defaults": GenerationConfig().to_dict()}
         path = write_runs(out / RUNS_FILE, docs, prompts, pair, command, settings, machine_label(engine.device),
-                          sampled)
+                          sampled, calibration)
         print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)", file=sys.stderr)
         del engine
     if not a.skip_sweep:
