@@ -6,7 +6,9 @@ token origins, each defined once), `nanospec.events` (step events, summaries, th
 `nanospec.timing` (phase names), `nanospec.pair` (`load_pair`: target + head + frequency table),
 `nanospec.paths` (`ASSETS`), `nanospec.presets` (pair presets: `load_presets`, `get_preset`),
 `nanospec.hub` (hub folders through one replaceable download function), `nanospec.data.prompts`
-(the prompt set and prompt files), `nanospec.lesson.record` (the recorded lesson's file names, format and command), and, for
+(the prompt set and prompt files), `nanospec.precision` (exactness at low precision: first divergence
+and the target's margin there), `nanospec.lesson.record` (the recorded lesson's file names, format and command),
+`nanospec.lesson.stability` (whether timings were steady enough to show), and, for
 tests and development only, `nanospec.bench.random_pair` (random-weight models). Anything else,
 and any name starting with `_`, may change without notice.
 """

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pandas is imported where a frame is made: decoding itself n
     import pandas as pd
 
 TRACE_VERSION = 1
+TRACE_FILES = "a trace is the .json or .csv file that Download trace or `nanospec generate --trace` saves"
 MISS_KINDS = ("none", "vocab", "draft")
 STOP_REASONS = ("eos", "max_new_tokens", "context_limit", "stopped")
 
@@ -285,9 +286,14 @@ def load_trace(path: str | Path) -> tuple[list[StepEvent], RunSummary | None, di
         if not isinstance(meta, dict):
             raise ValueError("field 'meta' must be an object")
         return events, summary, meta
+    except UnicodeDecodeError:
+        raise ValueError(f"{path.name} is not a NanoSpec trace: it is not a text file ({TRACE_FILES})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path.name} is not a NanoSpec trace: it is not valid JSON (line {exc.lineno}, column "
+                         f"{exc.colno}; {TRACE_FILES})") from None
     except ValueError as exc:
         raise ValueError(f"{path.name} is not a NanoSpec trace (.json or .csv saved by NanoSpec): {exc}") from None
-    except (KeyError, TypeError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+    except (KeyError, TypeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ValueError(f"{path.name} is not a NanoSpec trace (.json or .csv saved by NanoSpec): {exc}") from None
     except RecursionError:
         raise ValueError(f"{path.name} is not a NanoSpec trace: its JSON is nested too deeply") from None

@@ -408,3 +408,16 @@ def test_chapter_buttons_lead_somewhere():
     last_prev, last_next = lesson_tab.chapter_ends(len(lc.CHAPTERS))
     assert first_prev.interactive is False and first_next.interactive is True
     assert last_prev.interactive is True and last_next.interactive is False
+
+
+@pytest.mark.parametrize("value,label", [(0.0, "under a quarter"), (0.2499, "under a quarter"),
+                                         (0.25, "a quarter up to a half"), (0.5, "a half up to three quarters"),
+                                         (48 / 64, "three quarters or more"), (1.0, "three quarters or more")])
+def test_share_answers_name_the_boundaries_right(value, label):
+    assert questions.SHARE_BINS[questions._bin(value, questions.SHARE_BINS)][1] == label
+
+
+@pytest.mark.parametrize("value,label", [(0.0057, "under 1% of V"), (0.01, "1% up to 5% of V"),
+                                         (0.25, "25% of V or more"), (1.0, "25% of V or more")])
+def test_active_answers_name_the_boundaries_right(value, label):
+    assert questions.ACTIVE_BINS[questions._bin(value, questions.ACTIVE_BINS)][1] == label

@@ -77,7 +77,7 @@ def _answer_if_asked(page) -> None:
     page.wait_for_timeout(300)
     options = page.locator("#lesson-quiz input[type=radio]")
     if options.count() and options.first.is_visible():
-        options.first.check()
+        options.first.click()  # the answer hides the question at once: wait for the verdict, not the tick
         page.locator("#lesson-reveal .reveal").wait_for(timeout=15_000)
         page.locator("#lesson-text .provenance").wait_for(timeout=15_000)
 

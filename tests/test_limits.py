@@ -3,6 +3,8 @@ in the engine, the CLI and the app."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 import nanospec.__main__ as cli
@@ -55,3 +57,29 @@ def test_app_shows_the_context_limit_message():
     final = dict(zip(LIVE_OUTPUTS, outs[-1]))
     assert final["view"].summary.stop_reason == "context_limit"
     assert "context limit of 96 tokens" in final["kpis"] and 'id="stop-note"' in final["kpis"]
+
+
+@pytest.mark.parametrize("content,said", [(b"\x89PNG\r\n\x1a\n\x00\x00binary", "is not a text file"),
+                                          (b'{"format": "nanospec-trace", "events": [', "is not valid JSON")])
+def test_a_junk_upload_gets_a_plain_message(tmp_path, content, said):
+    """A file that is not a trace: the page says what it is not and what a trace is, never a codec error."""
+    import gradio as gr
+
+    from app.callbacks import Explorer
+    from app.devtools import tiny_loader
+    from app.models import EngineProvider
+
+    from app.trace import upload_folder
+
+    folder = upload_folder() / f"test-junk-{tmp_path.name}"   # where Gradio puts uploads
+    folder.mkdir(parents=True, exist_ok=True)
+    junk = folder / "holiday.json"
+    junk.write_bytes(content)
+    try:
+        with pytest.raises(gr.Error) as err:
+            Explorer(EngineProvider(tiny_loader())).replay(str(junk))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    message = str(err.value)
+    assert said in message and "holiday.json" in message and "Download trace" in message
+    assert "codec" not in message and "Expecting" not in message

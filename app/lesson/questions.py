@@ -24,9 +24,12 @@ QUESTION_PHASES = tuple(p for p in DRAFT_PHASES if p in PHASE_WORDS)
 MISS_WORDS = {"none": "no miss: the accepted path ran to a leaf of the tree",
               "draft": "a draft miss: the token was in the active set but ranked too low",
               "vocab": "a vocab miss: the token was not in the active set"}
-SHARE_BINS = ((0.25, "fewer than a quarter"), (0.5, "a quarter to a half"), (0.75, "a half to three quarters"),
-              (1.01, "more than three quarters"))
-ACTIVE_BINS = ((0.01, "under 1% of V"), (0.05, "1% to 5% of V"), (0.25, "5% to 25% of V"), (1.01, "over 25% of V"))
+# half-open bins [previous upper, upper): the labels say where each boundary belongs (48 of 64 is
+# "three quarters or more", not "more than three quarters")
+SHARE_BINS = ((0.25, "under a quarter"), (0.5, "a quarter up to a half"), (0.75, "a half up to three quarters"),
+              (1.01, "three quarters or more"))
+ACTIVE_BINS = ((0.01, "under 1% of V"), (0.05, "1% up to 5% of V"), (0.25, "5% up to 25% of V"),
+               (1.01, "25% of V or more"))
 
 
 @dataclass(frozen=True)
