@@ -180,6 +180,7 @@ def summarize(events: list[StepEvent], method: str, wall_s: float, stop_reason: 
                                 [e.accepted_outside() for e in decode])
     sources = [s for e in decode for s in e.accepted_sources()]
     decode_ms = sum(e.wall_ms for e in decode)
+    prefill_ms = sum(e.wall_ms for e in prefill)
     draft_ms = sum(e.draft_ms for e in decode)
     return RunSummary(
         method=method,
@@ -195,14 +196,14 @@ def summarize(events: list[StepEvent], method: str, wall_s: float, stop_reason: 
         draft_ms_per_step=mean([e.draft_ms for e in decode]),
         lm_head_ms_per_step=mean([e.phases.get("lm_head", 0.0) for e in decode]),
         draft_share=draft_ms / decode_ms if decode_ms > 0 else 0.0,
-        prefill_ms=sum(e.wall_ms for e in prefill),
+        prefill_ms=prefill_ms,
         stop_reason=stop_reason,
         output_ids=[t for e in events for t in e.tokens],
         text=text,
         miss_counts={k: sum(e.miss_kind == k for e in decode) for k in MISS_KINDS},
         accepted_by_source={k: sources.count(k) for k in ACCEPT_SOURCES},
-        decode_tokens_per_s=metrics.decode_tokens_per_s(new_tokens, wall_s, sum(e.wall_ms for e in prefill) / 1e3),
-        ttft_ms=sum(e.wall_ms for e in prefill) if prefill else math.nan,
+        decode_tokens_per_s=metrics.decode_tokens_per_s(new_tokens, wall_s, prefill_ms / 1e3),
+        ttft_ms=prefill_ms if prefill else math.nan,
     )
 
 

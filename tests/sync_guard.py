@@ -113,37 +113,40 @@ class SyncGuard:
             yield self
 
 
-class _FunctionWatch(TorchFunctionMode):
+class _Watch:
+    """What both interception layers share: the guard they report to."""
+
     def __init__(self, guard: SyncGuard):
         super().__init__()
         self.guard = guard
 
+
+def _python_level_sync(func, args, kwargs) -> str | None:
+    """What a Python-level call would make a GPU wait for, or None."""
+    if func in READ_METHODS:
+        return f"{getattr(func, '__name__', func)}() reads a device value"
+    if func is torch.Tensor.__setitem__ and len(args) == 3 and not isinstance(args[2], torch.Tensor):
+        return f"a Python {type(args[2]).__name__} written into a tensor (a host->device copy)"
+    if func in (torch.tensor, torch.as_tensor):
+        return None if isinstance(args[0] if args else None, torch.Tensor) else \
+            f"{func.__name__}(host data) copies host data to the device"
+    if func in FACTORIES and kwargs.get("device") is None:
+        return f"{func.__name__}() without device= makes a CPU tensor on a GPU machine"
+    return None
+
+
+class _FunctionWatch(_Watch, TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        g = self.guard
-        if func in READ_METHODS:
-            g.note(f"{getattr(func, '__name__', func)}() reads a device value")
-            with g.paused():
-                return func(*args, **kwargs)
-        elif func is torch.Tensor.__setitem__ and len(args) == 3 and not isinstance(args[2], torch.Tensor):
-            g.note(f"a Python {type(args[2]).__name__} written into a tensor (a host->device copy)")
-            with g.paused():  # one note per write, not one more for the aten ops underneath
-                return func(*args, **kwargs)
-        elif func in FACTORIES:
-            if func in (torch.tensor, torch.as_tensor) and not isinstance(args[0] if args else None, torch.Tensor):
-                g.note(f"{func.__name__}(host data) copies host data to the device")
-                with g.paused():
-                    return func(*args, **kwargs)
-            elif func not in (torch.tensor, torch.as_tensor) and kwargs.get("device") is None:
-                g.note(f"{func.__name__}() without device= makes a CPU tensor on a GPU machine")
-        return func(*args, **kwargs)
+        what = _python_level_sync(func, args, kwargs)
+        if what is None:
+            return func(*args, **kwargs)
+        self.guard.note(what)
+        with self.guard.paused():  # one note per call, not one more for the aten ops underneath
+            return func(*args, **kwargs)
 
 
-class _DispatchWatch(TorchDispatchMode):
-    def __init__(self, guard: SyncGuard):
-        super().__init__()
-        self.guard = guard
-
+class _DispatchWatch(_Watch, TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         g = self.guard

@@ -40,6 +40,7 @@ from .. import transfer
 from ..config import GenerationConfig, default_tree
 from ..engine import SpecEngine
 from ..paths import ASSETS
+from ..precision import first_difference
 from ..timing import DRAFT_PHASES, sync
 from .gpu_report import engine_tests, write_report
 from .llama3_prompts import LLAMA3_VOCAB, load_prompt_ids
@@ -162,11 +163,6 @@ def _phase_means(results) -> dict[str, float]:
     return {k: statistics.fmean(e.phases[k] for e in steps) for k in steps[0].phases} if steps else {}
 
 
-def _first_divergence(out: list[int], ref: list[int]) -> int | None:
-    return next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b),
-                None if len(out) == len(ref) else min(len(out), len(ref)))
-
-
 def bench_method(engine: SpecEngine, prompts: list[list[int]], cfg: GenerationConfig,
                  ref: dict[int, list[int]] | None) -> tuple[dict, list[list[int]]]:
     """Timer off (tokens/s, outputs), timer on (phases), then reads/syncs per step on the first prompt."""
@@ -205,7 +201,7 @@ def bench_method(engine: SpecEngine, prompts: list[list[int]], cfg: GenerationCo
                 row["event_waits_per_step_timer_on"] = max(kinds["event_wait"])
     engine.timing = True
     if ref is not None:
-        div = [_first_divergence(o, ref[i]) for i, o in enumerate(outputs)]
+        div = [first_difference(o, ref[i]) for i, o in enumerate(outputs)]
         row["identical_to_ar"] = sum(d is None for d in div) / len(div)
         row["first_divergence"] = div
     return row, outputs

@@ -76,13 +76,13 @@ def markdown(meta: dict, shapes: list[dict]) -> str:
              "verify times are means per step with the phase timer on; tok/s and ms/step with it off.", ""]
     for shape in shapes:
         s = shape["shape"]
+        title = f"## {s['name']} shape (V {s['vocab']:,}, hidden {s['hidden']:,}, {s['layers']} layers)"
         if "error" in shape:
-            lines += [f"## {s['name']} shape (V {s['vocab']:,}, hidden {s['hidden']:,}, {s['layers']} layers)", "",
-                      f"Not measured: {shape['error']}", ""]
+            lines += [title, "", f"Not measured: {shape['error']}", ""]
             continue
         tree = shape["tree"]
-        lines += [f"## {s['name']} shape (V {s['vocab']:,}, hidden {s['hidden']:,}, {s['layers']} layers), "
-                  f"tree {tree['depth']}x{tree['top_k']}x{tree['total_tokens']}, built in {shape['build_s']:.0f} s", "",
+        lines += [f"{title}, tree {tree['depth']}x{tree['top_k']}x{tree['total_tokens']}, "
+                  f"built in {shape['build_s']:.0f} s", "",
                   "| method | " + " | ".join(c[1] for c in COLUMNS) + " |",
                   "|---|" + "---:|" * len(COLUMNS)]
         for method, row in shape["methods"].items():
