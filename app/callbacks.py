@@ -1,6 +1,7 @@
 """The app's callbacks: live run (streamed), stop, step scrubbing, replay and compare.
 
-`Explorer` holds only process-wide things (the shared model provider, the warm-up record);
+`Explorer` holds only process-wide things (the shared model provider, the warm-up record, and each
+session's run in progress or waiting, which its Stop button ends or withdraws);
 everything about a user's run travels in the returned values and in `gr.State`.
 Every failure becomes a `gr.Error` in the page plus one `logging.warning` line on the server.
 """
@@ -11,8 +12,11 @@ import html
 import logging
 import math
 import queue
+import threading
 import time
 from dataclasses import asdict
+from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 
 import gradio as gr
@@ -21,6 +25,7 @@ import plotly.io as pio
 from gradio.components.plot import PlotData
 
 from nanospec import RunSummary, load_trace, metrics, stop_message, summarize
+from nanospec.lesson.stability import MIN_CPU_SHARE, metered
 
 from . import charts
 from .decoding import StepPump, decode_thread
@@ -35,6 +40,7 @@ logger = logging.getLogger("nanospec.app")
 
 LIVE_OUTPUTS = ("answer", "kpis", "vocab_plot", "coverage_plot", "tree_plot", "phase_plot", "step",
                 "view", "csv", "json", "pair")
+STOP_WAIT_S = 30.0  # Stop waits this long at most for the run's current step to end
 COMPARE_COLUMNS = ["method", "tokens", "tokens/s", "speedup", "τ", "mean active", "% of V", "coverage",
                    "draft ms/step", "identical to ar"]
 
@@ -46,9 +52,45 @@ def fail(context: str, exc: BaseException | str) -> gr.Error:
     return gr.Error(message, print_exception=False)
 
 
+def stopped_note(view: RunView) -> str:
+    """The line under the KPIs of a run that Stop ended."""
+    return (f'<p class="stop-note" id="stop-note"><b>Stopped at step {view.last_step}</b>: '
+            f'{html.escape(stop_message("stopped"))}. The answer, charts and downloads hold the '
+            f'{view.last_step} decoding steps that finished.</p>')
+
+
+def loading_note(elapsed_s: float, latest: str = "") -> str:
+    """The status line while the first run loads the model (shown where the KPIs appear)."""
+    detail = f" · {html.escape(latest)}" if latest else ""
+    return (f'<p class="run-note" id="loading-note"><b>Loading the model…</b> (first run only; later runs start '
+            f"at once) · {elapsed_s:.0f} s{detail}</p>")
+
+
 def plot_data(spec: dict) -> PlotData:
     """A figure dict as `gr.Plot`'s payload, serialised without building a `go.Figure` (see `charts`)."""
     return PlotData(type="plotly", plot=pio.to_json(spec, validate=False))
+
+
+class LiveRun:
+    """A live run in progress, as its page's Stop button sees it: Stop asks its step pump to end after the
+    current step, and the run itself then sends the last values (one writer: the tree, the step slider and
+    the note saying it was stopped always agree)."""
+
+    def __init__(self, view: RunView):
+        self.view = view
+        self.pump = None
+        self.stop_requested = threading.Event()
+        self.finished = threading.Event()
+
+    def stop(self) -> None:
+        self.stop_requested.set()
+        pump = self.pump
+        if pump is not None:
+            pump.stop()
+
+
+def session_of(request: gr.Request | None) -> str | None:
+    return getattr(request, "session_hash", None) if request is not None else None
 
 
 class Explorer:
@@ -58,6 +100,9 @@ class Explorer:
         self._warm: set[tuple] = set()          # (method, options) already run once in this process
         self._decode = gpu_decoder(self._decode_steps)  # the only part that needs the accelerator
         self._pump = InlinePump if zerogpu_active() else StepPump  # ZeroGPU: no CUDA on other threads
+        self._live: dict[str, LiveRun] = {}  # session -> its live run in progress (what its Stop button ends)
+        self._waiting: dict[str, threading.Event] = {}  # session -> its Run click, set when Stop withdraws it
+        self._live_lock = threading.Lock()
 
     # -- model and decoding -------------------------------------------------------------
     def _engine(self, progress):
@@ -68,21 +113,44 @@ class Explorer:
         loaded the model, the decode thread would start a second team: more OpenMP threads than cores,
         which makes libgomp's workers sleep instead of spin between operations and slows every matmul
         (`python -m app.bench_app` measures the app against the engine; docs/benchmarks.md has a run)."""
+        loading = self._loading(progress)
+        while True:
+            try:
+                next(loading)
+            except StopIteration as done:
+                return done.value
+
+    def _loading(self, progress, every_s: float = 0.5):
+        """`_engine` as a generator: yields a status line (HTML) about every `every_s` while the pair loads,
+        then returns it (`yield from`). The Live tab shows the line at once, next to the Run button."""
         loaded = self.provider.loaded
         if loaded is not None:
             return loaded
         messages: queue.Queue = queue.Queue()
+        done: Future = Future()
 
-        def show() -> None:
-            while True:
+        def load() -> None:
+            try:
+                done.set_result(self.provider.get(lambda m, f: messages.put((m, f))))
+            except BaseException as exc:  # noqa: BLE001 — re-raised below, in the caller
+                done.set_exception(exc)
+
+        decode_thread().submit(load)
+        t0, latest = time.perf_counter(), ""
+        while True:
+            finished = bool(futures_wait([done], timeout=every_s).done)
+            while True:  # also once after the end, so nothing reported late is lost
                 try:
                     message, fraction = messages.get_nowait()
                 except queue.Empty:
-                    return
+                    break
                 progress(fraction, desc=message)
-
+                latest = message + (f" ({fraction:.0%})" if fraction is not None else "")
+            if finished:
+                break
+            yield loading_note(time.perf_counter() - t0, latest)
         try:
-            return decode_thread().call(lambda: self.provider.get(lambda m, f: messages.put((m, f))), show)
+            return done.result()
         except Exception as exc:  # noqa: BLE001 — any load failure is shown, and the app keeps serving
             raise fail("the model failed to load", exc) from None
 
@@ -105,13 +173,42 @@ class Explorer:
 
     # -- live tab -------------------------------------------------------------------------
     def run_live(self, prompt_text, method, max_new_tokens, depth, top_k, total_tokens, temperature, top_p,
-                 seed, capacity, copy_branch=DEFAULTS["copy_branch"], progress=gr.Progress()):
+                 seed, capacity, copy_branch=DEFAULTS["copy_branch"], progress=gr.Progress(),
+                 request: gr.Request = None):
         prompt, options = self._inputs(prompt_text, method, max_new_tokens, depth, top_k, total_tokens,
                                        temperature, top_p, seed, capacity, copy_branch)
-        engine, info = self._engine(progress)
-        view = RunView(meta={"prompt": prompt, "options": options, "pair": asdict(info)})
+        session = session_of(request)
+        view = RunView(meta={"prompt": prompt, "options": options})
+        live = LiveRun(view)
+        with self._live_lock:
+            withdrawn = self._waiting.pop(session, None)
+            if withdrawn is not None and withdrawn.is_set():
+                gr.Info("Run withdrawn: Stop was pressed while it waited for its turn")
+                yield tuple(gr.skip() for _ in LIVE_OUTPUTS)
+                return
+            self._live[session] = live
+        try:
+            yield from self._run_live(prompt, options, view, live, progress)
+        finally:
+            live.finished.set()
+            with self._live_lock:
+                if self._live.get(session) is live:
+                    del self._live[session]
+
+    def _run_live(self, prompt, options: dict, view: RunView, live: LiveRun, progress):
+        loading = self._loading(progress)
+        while True:  # the first run loads the model: say so where the KPIs will be, in view of the Run button
+            try:
+                note = next(loading)
+            except StopIteration as done:
+                engine, info = done.value
+                break
+            yield tuple(note if name == "kpis" else gr.skip() for name in LIVE_OUTPUTS)
+        view.meta["pair"] = asdict(info)
         decoder = TokenDecoder(engine.tokenizer)
-        pump = self._pump(self._decode(prompt, options))
+        pump = live.pump = self._pump(self._decode(prompt, options))
+        if live.stop_requested.is_set():  # Stop came while the model loaded
+            pump.stop()
         t0 = time.perf_counter()
         last_draw, draw_cost, first = t0, 0.0, True
         last: dict = {}
@@ -142,6 +239,10 @@ class Explorer:
             pump.stop()  # Stop / closed tab: the decoding thread ends after its current step
         if view.summary is not None:
             view.wall_s = view.summary.wall_s
+        elif live.stop_requested.is_set():
+            view.wall_s = time.perf_counter() - t0
+            view.summary = summarize(view.events, options["method"], view.wall_s, "stopped")
+            view.stopped = True
         out = self.live_outputs(view, charts_too=True, downloads=True, pair=self.provider.describe())
         if view.summary is not None and view.summary.stop_reason == "context_limit":
             note = stop_message("context_limit", engine.max_context)
@@ -161,10 +262,12 @@ class Explorer:
         """Values for LIVE_OUTPUTS; charts and the step slider only when `charts_too` (text and KPIs every
         step). While a run streams, `streamed_outputs` replaces the slider, files and skipped charts."""
         # text and KPIs every step, from plain lists (cheap); the pandas frame only for chart redraws
-        answer = charts.answer_spans(None, view.pieces, view.origins)
+        answer = charts.answer_html(view.pieces, view.origins, view.special)
         method = view.events[0].method if view.events else "ar"
         running = view.summary or summarize(view.events, method, view.wall_s, "running")
         kpis = charts.kpi_html(charts.kpi_from_summary(running))
+        if view.stopped:
+            kpis += stopped_note(view)
         skip = gr.skip()
         figs, slider = (skip,) * 4, skip
         if charts_too:
@@ -188,27 +291,47 @@ class Explorer:
         Gradio's streaming diff then sends nothing for it. The first step resets the step slider and
         the download buttons (the previous run's files) once; the run's end sets them properly."""
         out = dict(zip(LIVE_OUTPUTS, self.live_outputs(view, charts_too=draw)))
-        plots = ("vocab_plot", "coverage_plot", "tree_plot", "phase_plot")
-        if draw:
+        plots = ("vocab_plot", "coverage_plot", "tree_plot", "phase_plot", "step")
+        if draw:  # the tree shows the latest step, and the slider says which (both only on a redraw)
             last.update({name: out[name] for name in plots})
+            last["step"] = view.last_step
         else:
             out.update({name: last[name] for name in plots})
         if first:
             last["pair"] = self.provider.describe()
-            out["step"] = gr.update(value=0, maximum=1)
             out["csv"] = out["json"] = gr.update(value=None, interactive=False)
         else:
-            out["step"], out["csv"], out["json"] = 0, None, None
+            out["csv"], out["json"] = None, None
         out["pair"] = last["pair"]
         return tuple(out[name] for name in LIVE_OUTPUTS)
 
-    def after_stop(self, view: RunView | None):
-        """Stop was pressed: draw the charts and downloads from the steps that arrived."""
+    def run_requested(self, request: gr.Request = None) -> None:
+        """Run was clicked (called at once, while the run itself may wait in the queue behind other
+        visitors' runs): until the run starts, this page's Stop withdraws it."""
+        session = session_of(request)
+        if session is not None:
+            with self._live_lock:
+                self._waiting[session] = threading.Event()
+
+    def after_stop(self, view: RunView | None, request: gr.Request = None):
+        """Stop was pressed: end this page's run after its current step and show what arrived. The run, once
+        ended, sends the same values itself (with its downloads); showing them here too keeps Stop's answer
+        prompt whichever of the two the page gets last."""
+        with self._live_lock:
+            live = self._live.get(session_of(request))
+            waiting = self._waiting.get(session_of(request)) if live is None else None
+        if waiting is not None:  # the page's run waits in the queue: it will not run
+            waiting.set()
+        if live is not None:
+            live.stop()
+            live.finished.wait(STOP_WAIT_S)  # within one decoding step
+            view = live.view
         if view is None or not view.events:
             return tuple(gr.skip() for _ in LIVE_OUTPUTS)
-        snapshot = RunView(events=list(view.events), pieces=list(view.pieces), token_text=dict(view.token_text),
-                           summary=view.summary, meta=dict(view.meta), wall_s=view.wall_s,
-                           origins=list(view.origins))
+        snapshot = view.snapshot()
+        if live is not None and snapshot.summary is None:
+            snapshot.summary = summarize(snapshot.events, snapshot.events[0].method, snapshot.wall_s, "stopped")
+            snapshot.stopped = True
         return self.live_outputs(snapshot, charts_too=True, downloads=True)
 
     def scrub(self, view: RunView | None, step):
@@ -256,15 +379,18 @@ class Explorer:
         summaries: dict[str, RunSummary] = {}
         runs: dict[str, tuple] = {}  # method -> (events, summary): what the race replays
         shown: tuple = (None, None)  # table and chart so far; re-sent as plain values (see `streamed_outputs`)
+        cpu_shares: dict[str, float] = {}  # method -> CPU share of its timed run
         for method in ["ar", *methods]:
             options = {**base, "method": method}
             key = (method, tuple(sorted((k, v) for k, v in options.items() if k != "max_new_tokens")))
             plan = [] if key in self._warm else [("warm-up", {**options, "max_new_tokens": 2})]
             for label, opts in [*plan, ("timed", options)]:
                 try:
-                    for text, summary, events in self._compare_run(prompt, opts, method, label):
-                        if summary is None:
-                            yield *shown, text, runs
+                    with metered() as meter:  # how much of the run's wall time this process computed
+                        for text, summary, events in self._compare_run(prompt, opts, method, label):
+                            if summary is None:
+                                yield *shown, text, runs
+                    cpu_shares[method] = meter.cpu_share
                 except ValueError as exc:
                     raise fail("cannot run", exc) from None
                 except Exception as exc:  # noqa: BLE001
@@ -274,14 +400,15 @@ class Explorer:
             runs = {**runs, method: (events, summary)}
             table = compare_table(summaries, greedy)
             shown = (display_table(table), PlotData(type="plotly", plot=charts.compare_figure(table).to_json()))
-            yield *shown, compare_verdict(summaries, greedy), runs
+            warning = compare_trust(table, cpu_shares)
+            yield *shown, compare_verdict(summaries, greedy) + warning, runs
         if greedy and any(s.output_ids != summaries["ar"].output_ids for s in summaries.values()):
             try:  # where each differing output parts from ar's, and the target's margin there
                 found, dtype = self._divergences(prompt, runs)
             except Exception as exc:  # noqa: BLE001 — the runs stand; only the explanation is missing
                 logging.getLogger(__name__).warning("could not explain a divergence: %s", exc)
             else:
-                yield *shown, compare_verdict(summaries, greedy, found, dtype), runs
+                yield *shown, compare_verdict(summaries, greedy, found, dtype) + warning, runs
 
     def _divergences(self, prompt, runs: dict) -> tuple[dict, object]:
         """On the decode thread: each differing greedy run's first divergence from ar (precision.py)."""
@@ -366,6 +493,34 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
         "draft ms/step": ["–" if m == "ar" else f"{v:.2f}" for m, v in zip(table["method"], table["draft_ms_per_step"])],
         "identical to ar": ["n/a (sampling)" if i is None else ("✓" if i else "✗") for i in table["identical"]],
     }, columns=COMPARE_COLUMNS)
+
+
+# a speculative step runs at least one target forward, as a plain one does, and emits τ tokens on average:
+# a speedup well above τ means the `ar` timing it divides by was disturbed (as `nanospec compare` checks)
+TAU_SLACK = 1.25
+# the share of wall time the server process computes while a run streams, below which the machine was busy:
+# half the recorder's bound, as `python -m app.screenshot` uses for the app (the page's own work and the
+# decode thread's single-threaded stretches keep an idle server's share well below a bare benchmark's)
+APP_MIN_CPU_SHARE = MIN_CPU_SHARE / 2
+
+
+def compare_trust(table: pd.DataFrame, cpu_shares: dict[str, float]) -> str:
+    """A warning (Markdown) when the Compare tab's speeds cannot be read as findings, else "": a method
+    timed while the process computed less than `APP_MIN_CPU_SHARE` of the wall time (another job had the
+    machine), or a speedup above τ x `TAU_SLACK`."""
+    problems = []
+    for method, speedup, tau in zip(table["method"], table["speedup"], table["tau"]):
+        share = cpu_shares.get(method)
+        if share is not None and share < APP_MIN_CPU_SHARE:
+            problems.append(f"`{method}` ran while the machine was busy (this server computed {share:.0%} of its "
+                            "wall time)")
+        if method != "ar" and not (math.isnan(speedup) or math.isnan(tau)) and speedup > tau * TAU_SLACK:
+            problems.append(f"`{method}`'s speedup {speedup:.2f}× exceeds its τ {tau:.2f}, which a speculative step "
+                            "cannot do: the `ar` timing was disturbed")
+    if not problems:
+        return ""
+    return ("\n\n**⚠ Do not read these speeds as findings:** " + "; ".join(problems)
+            + ". Each method ran once; run Compare again when the machine is idle.")
 
 
 def compare_verdict(summaries: dict[str, RunSummary], greedy: bool, divergences: dict | None = None,

@@ -8,6 +8,7 @@ validation cost); none touches the engine, Gradio or the disk, so each is testab
 from __future__ import annotations
 
 import functools
+import html
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,26 +23,32 @@ from nanospec.events import ACCEPT_SOURCES
 from nanospec.timing import DRAFT_PHASES, PHASES
 
 # token origins (`nanospec.metrics.ORIGINS`), as shown in the answer's legend
-ACCEPTED = "accepted draft token"
-BONUS = "bonus token (target)"
-VOCAB_MISS = "bonus token: vocab miss"
-ORIGIN_LABELS = {metrics.ORIGIN_HEAD: ACCEPTED, metrics.ORIGIN_BONUS: BONUS, metrics.ORIGIN_VOCAB_MISS: VOCAB_MISS}
-ORIGIN_COLORS = {ACCEPTED: "#2e9d5b", BONUS: "#3b6fd8", VOCAB_MISS: "#d64545"}
-
+ACCEPTED = "drafted by the head"
+COPIED = "copied from the context (copy chain)"
+BOTH = "drafted by the head and the copy chain"
+BONUS = "target's own token (bonus)"
+VOCAB_MISS = "target's token outside the active set (vocab miss)"
+ORIGIN_LABELS = {metrics.ORIGIN_HEAD: ACCEPTED, metrics.ORIGIN_COPY: COPIED, metrics.ORIGIN_BOTH: BOTH,
+                 metrics.ORIGIN_BONUS: BONUS, metrics.ORIGIN_VOCAB_MISS: VOCAB_MISS}
+ORIGIN_COLORS = {ACCEPTED: "#2e9d5b", COPIED: "#b5479b", BOTH: "#13928f", BONUS: "#3b6fd8", VOCAB_MISS: "#d64545"}
+ORIGIN_SHORT = {ACCEPTED: "head", COPIED: "copy chain", BOTH: "head + copy", BONUS: "bonus (target)",
+                VOCAB_MISS: "vocab miss"}  # the answer legend's words; the full label is the hover text
 PHASE_COLORS = {  # draft phases warm, target/bookkeeping phases cool
     "draft_layers": "#e8743b", "lm_head": "#f2b134", "gather_wait": "#c0504d", "topk": "#f7d488",
     "copy_lookup": "#d98cb3", "tree_build": "#9b7fc7", "verify_forward": "#3b6fd8", "accept": "#5bc0de",
-    "kv_compact": "#7f8c8d", "vocab_update": "#2e9d5b",
+    "kv_compact": "#7f8c8d", "vocab_update": "#2e9d5b", "budget": "#b8b0a2",
 }
 # where a draft-tree node came from (StepEvent.tree_sources): marker shape and hover text
 SOURCE_SYMBOLS = {"head": "circle", "copy": "diamond", "both": "hexagram"}
-SOURCE_LEGEND = {"copy": "copy chain (prompt lookup)", "both": "head and copy chain"}
+SOURCE_LEGEND = {"copy": "copy chain", "both": "head + copy"}  # short: the hover says more
 SOURCE_TEXT = {"head": "the draft head", "copy": "the context-copy chain (prompt lookup)",
                "both": "the draft head and the copy chain"}
-HEIGHT = 330
-_LAYOUT = dict(template="plotly_white", height=HEIGHT, margin=dict(l=60, r=20, t=56, b=44),
+HEIGHT = 350
+MODEBAR_PX = 30  # Plotly's toolbar (shown on hover) sits in the figure's top-right corner: titles start below it
+_LAYOUT = dict(template="plotly_white", height=HEIGHT, margin=dict(l=60, r=20, t=MODEBAR_PX + 48, b=44),
                legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=11)),
-               title=dict(font=dict(size=14), x=0, xanchor="left", y=0.985, yanchor="top"))
+               title=dict(font=dict(size=14), x=0, xanchor="left", y=1.0, yref="container", yanchor="top",
+                          pad=dict(t=MODEBAR_PX)))
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -94,17 +101,67 @@ def _empty(title: str, message: str) -> go.Figure:
 
 # -- answer text -----------------------------------------------------------------------
 def token_origins(frame: pd.DataFrame) -> list[str]:
-    """Legend label (`ORIGIN_LABELS`) of every emitted token's origin (`nanospec.metrics.token_origins`)."""
-    origins = metrics.token_origins(frame["n_accepted"], frame["tokens"].map(len), frame["coverage"])
+    """Legend label (`ORIGIN_LABELS`) of every emitted token's origin (`nanospec.metrics.token_origins`,
+    accepted draft tokens by the source of their tree node)."""
+    sources = frame["tree_sources"] if "tree_sources" in frame else [[]] * len(frame)
+    accepted = [metrics.accepted_origins(path, list(src) if isinstance(src, (list, tuple)) else [])
+                for path, src in zip(frame["accepted_path"], sources)]
+    origins = metrics.token_origins(frame["n_accepted"], frame["tokens"].map(len), frame["coverage"], accepted)
     return [ORIGIN_LABELS[o] for o in origins]
 
 
 def answer_spans(frame: pd.DataFrame, pieces: Sequence[str], origins: Sequence[str] | None = None
                  ) -> list[tuple[str, str]]:
-    """(text, origin) pairs for `gr.HighlightedText`; `pieces` is the text of each emitted token.
-    Pass `origins` when already known (the live view keeps them) to skip reading the frame."""
+    """(text, origin label) pairs; `pieces` is the text of each emitted token. Pass `origins` when already
+    known (the live view keeps them) to skip reading the frame."""
     origins = token_origins(frame) if origins is None else origins
     return [(piece, origin) for piece, origin in zip(pieces, origins) if piece]
+
+
+ANSWER_CSS = """
+.answer-box { border: 1px solid #d9dde3; border-radius: 8px; padding: 8px 12px; }
+.answer-legend { font-size: 0.8em; opacity: 0.85; margin-bottom: 6px; }
+.answer-legend .key { margin-right: 12px; white-space: nowrap; }
+.answer-legend .key::before { content: ""; display: inline-block; width: 14px; height: 0; margin-right: 4px;
+  border-bottom: 3px solid var(--c); vertical-align: middle; }
+.answer-text { white-space: pre-wrap; word-break: break-word; line-height: 1.7; font-size: 1.02em; }
+.answer-text .tok { border-bottom: 3px solid var(--c); background: color-mix(in srgb, var(--c) 12%, transparent); }
+.answer-end { font-size: 0.8em; opacity: 0.75; margin-top: 4px; }
+.answer-empty { opacity: 0.6; }
+"""
+
+
+def answer_html(pieces: Sequence[str], origins: Sequence[str], special: Sequence[bool] | None = None) -> str:
+    """The answer as readable text: the decoded pieces run together (spaces and newlines kept), each token
+    underlined in its origin's colour (`ORIGIN_COLORS`; the hover names it). Special tokens (`special[i]`,
+    e.g. the end-of-sequence token) are not part of the text: a line under it names them."""
+    special = list(special) if special is not None else [False] * len(pieces)
+    spans, ended = [], []
+    for piece, origin, is_special in zip(pieces, origins, special):
+        if not piece:
+            continue  # half a character: the next token's piece carries it
+        if is_special:
+            ended.append(piece)
+            continue
+        color = ORIGIN_COLORS.get(origin, "#888")
+        spans.append(f'<span class="tok" style="--c:{color}" title="{html.escape(origin)}">{html.escape(piece)}</span>')
+    shown = set(origins)
+    keys = "".join(f'<span class="key" style="--c:{ORIGIN_COLORS[label]}" title="{html.escape(label)}">'
+                   f'{html.escape(ORIGIN_SHORT[label])}</span>'
+                   for label in ORIGIN_COLORS if label in shown or label in (ACCEPTED, BONUS, VOCAB_MISS))
+    body = "".join(spans) if spans else '<span class="answer-empty">(no text yet)</span>'
+    end = (f'<div class="answer-end">ended with {html.escape(" ".join(ended))} (not part of the text)</div>'
+           if ended else "")
+    return (f'<div class="answer-box"><div class="answer-legend"><b>Answer</b> · underline = where each token '
+            f'came from: {keys}</div><div class="answer-text" id="answer-text">{body}</div>{end}</div>')
+
+
+def answer_tokens(answer: str) -> list[str]:
+    """The token texts an `answer_html` value shows, in order (what a reader of the API gets back)."""
+    import re
+
+    found = re.findall(r'<span class="tok"[^>]*>(.*?)</span>', answer, flags=re.S)
+    return [html.unescape(t) for t in found]
 
 
 def kpi_from_summary(summary) -> dict:
@@ -131,6 +188,7 @@ def kpi_html(values: dict) -> str:
     tau = values.get("tau", math.nan)
     cov = values.get("coverage")
     active = values.get("mean_active", 0.0)
+    active = 0.0 if active is None or math.isnan(active) else active  # no decode step yet: no mean
     decode = values.get("decode_tokens_per_s", math.nan)
     ttft = values.get("ttft_ms", math.nan)
     cards = [
@@ -159,54 +217,86 @@ def kpi_html(values: dict) -> str:
 # Each chart is built as a plain Plotly figure dict (`*_spec`): building a validated `go.Figure`
 # costs ~40 ms per chart on a slow CPU, which the live run pays on every redraw. `*_figure` wraps
 # the same dict in a `go.Figure` for everything else (tests, the lesson, notebooks).
+def step_axis(steps: Sequence[int], title: str, **extra) -> dict:
+    """An x axis of step numbers: integer ticks only (about ten at most), whatever the run's length."""
+    span = (max(steps) - min(steps)) if len(steps) else 0
+    dtick = max(1, math.ceil(span / 10))
+    return dict(title=dict(text=title), tickmode="linear", tick0=0, dtick=dtick, tickformat="d", **extra)
+
+
 def vocab_spec(frame: pd.DataFrame) -> dict:
-    """Active vocabulary size per step (log y) against the full vocabulary; ids added per step."""
+    """Active vocabulary size per step (log y) against the full vocabulary; ids added per decode step
+    (the prefill's count, the whole prompt's, is in the legend: as a bar it would dwarf the others)."""
     title = "Active draft vocabulary per step"
     if frame.empty:
         return _empty_spec(title, "no steps yet")
     vocab = int(frame["vocab_size"].iloc[0])
     steps = frame["step"].tolist()
     active = [int(a) if a > 0 else None for a in frame["active_size"]]
+    decode = _decode_rows(frame)
+    prefill_added = int(frame.loc[frame["step"] == 0, "added_ids"].sum())
+    added_name = "ids added per step" + (f" (prefill: {prefill_added:,}, not drawn)" if prefill_added else "")
     data = [
-        dict(type="bar", x=steps, y=frame["added_ids"].tolist(), name="ids added", yaxis="y2", opacity=0.45,
-             marker=dict(color="#9b7fc7"), hovertemplate="step %{x}<br>%{y} ids added<extra></extra>"),
+        dict(type="bar", x=decode["step"].tolist(), y=decode["added_ids"].tolist(), name=added_name, yaxis="y2",
+             opacity=0.45, marker=dict(color="#9b7fc7"), hovertemplate="step %{x}<br>%{y} ids added<extra></extra>"),
         dict(type="scatter", x=steps, y=active, name="active set", mode="lines+markers",
              line=dict(color="#e8743b", width=2), marker=dict(size=5),
              hovertemplate="step %{x}<br>%{y:,} active rows<extra></extra>"),
         dict(type="scatter", x=steps, y=[vocab] * len(steps), name=f"full vocabulary V = {vocab:,}", mode="lines",
              line=dict(color="#555", dash="dash"), hoverinfo="skip"),
     ]
-    layout = _layout(title, bargap=0.2, xaxis=dict(title=dict(text="step (0 = prefill)"), domain=[0, 0.94]),
-                     yaxis=dict(type="log", dtick=1, title=dict(text="rows scored")),
-                     yaxis2=_right_axis("ids added", rangemode="tozero"))
+    added_max = max([1, *decode["added_ids"].tolist()])
+    layout = _layout(title, bargap=0.2, xaxis=step_axis(steps, "step (0 = prefill)", domain=[0, 0.92]),
+                     yaxis=dict(type="log", dtick=1, title=dict(text="rows scored (log)")),
+                     # bars reach at most half the height: they stay under the log curves they explain
+                     yaxis2=_right_axis("ids added per step", range=[0, 2.0 * added_max], rangemode="tozero",
+                                        tickformat="d"))
     if all(a is None for a in active):
         layout["annotations"] = [_note("autoregressive: no drafter, no active set")]
     return {"data": data, "layout": layout}
 
 
+def _outside(frame: pd.DataFrame) -> list[int]:
+    """Per step: accepted draft tokens that were outside the active set (`StepEvent.accepted_outside`)."""
+    return [sum(not flags[i] for i in list(path)[1:] if i < len(flags))
+            for path, flags in zip(frame["accepted_path"], frame["tree_in_active"])]
+
+
 def running_coverage(frame: pd.DataFrame) -> list[float | None]:
-    """Coverage % after each decode step (None until the first step with a drafter)."""
+    """Coverage % after each decode step (None until the first step with a drafter): `metrics.running_coverage`
+    with the same inputs as the run's summary (`events.summarize`), so the last value is the KPI card's."""
     return [None if c is None else 100.0 * c
-            for c in metrics.running_coverage(frame["n_accepted"], frame["coverage"])]
+            for c in metrics.running_coverage(frame["n_accepted"], frame["coverage"], _outside(frame))]
+
+
+MISS_TEXT = {"vocab": "vocab misses (the target's token was outside the active set)",
+             "draft": "draft misses (in the set, but the drafter ranked it too low)"}
 
 
 def coverage_spec(frame: pd.DataFrame) -> dict:
-    """Misses per step by kind (vocab vs draft) with the running coverage %."""
-    title = "Misses per step and running coverage"
+    """Misses so far by kind (vocab vs draft), against the running coverage %.
+
+    Each step ends in at most one miss, so misses per step would be 0/1 bars; running counts show
+    which kind dominates and when misses come (a steep stretch = many misses in a row)."""
+    title = "Misses so far by kind, and running coverage"
     decode = _decode_rows(frame)
     if decode.empty:
         return _empty_spec(title, "no decode steps yet")
     steps = decode["step"].tolist()
-    data = [dict(type="bar", x=steps, y=(decode["miss_kind"] == kind).astype(int).tolist(), name=name,
-                 marker=dict(color=color), hovertemplate="step %{x}<extra>" + kind + "</extra>")
-            for kind, name, color in (("vocab", "vocab miss (token outside the active set)", "#d64545"),
-                                      ("draft", "draft miss (in the set, ranked too low)", "#f2b134"))]
-    data.append(dict(type="scatter", x=steps, y=running_coverage(decode), name="running coverage %", mode="lines",
-                     yaxis="y2", line=dict(color="#2e9d5b", width=2),
-                     hovertemplate="step %{x}<br>coverage %{y:.1f}%<extra></extra>"))
-    layout = _layout(title, barmode="stack", bargap=0.2,
-                     xaxis=dict(title=dict(text="decode step"), domain=[0, 0.94]),
-                     yaxis=dict(title=dict(text="miss"), range=[0, 1.05], dtick=1),
+    data = []
+    for kind, name, color in (("vocab", "vocab misses", "#d64545"), ("draft", "draft misses", "#f2b134")):
+        counts = (decode["miss_kind"] == kind).astype(int).cumsum().tolist()
+        data.append(dict(type="scatter", x=steps, y=counts, name=name, mode="lines", line=dict(color=color, width=2,
+                                                                                           shape="hv"),
+                         hovertemplate="after step %{x}: %{y} " + MISS_TEXT[kind] + "<extra></extra>"))
+    coverage = [c for c, step in zip(running_coverage(frame), frame["step"]) if step > 0]
+    data.append(dict(type="scatter", x=steps, y=coverage, name="coverage %", mode="lines", yaxis="y2",
+                     line=dict(color="#2e9d5b", width=2, dash="dot"),
+                     hovertemplate="after step %{x}: coverage %{y:.1f}%<extra></extra>"))
+    top = max(1, int((decode["miss_kind"] != "none").sum()))
+    layout = _layout(title, xaxis=step_axis(steps, "decode step", domain=[0, 0.92]),
+                     yaxis=dict(title=dict(text="misses so far"), rangemode="tozero", range=[0, top * 1.1],
+                                tickformat="d", dtick=max(1, math.ceil(top / 6))),
                      yaxis2=_right_axis("coverage %", range=[0, 102]))
     if all(c is None for c in decode["coverage"]):
         layout["annotations"] = [_note("autoregressive: nothing drafted, no misses")]
@@ -225,11 +315,11 @@ def phase_spec(frame: pd.DataFrame) -> dict:
     for phase in PHASES:
         kind = "draft" if phase in DRAFT_PHASES else "target / bookkeeping"
         data.append(dict(type="bar", x=steps, y=[float(v) for v in decode[f"phase_{phase}"]], name=phase,
-                         marker=dict(color=PHASE_COLORS[phase]),
+                         marker=dict(color=PHASE_COLORS.get(phase, "#999")),
                          hovertemplate="step %{x}<br>%{y:.2f} ms<extra>" + f"{phase} ({kind})</extra>"))
     layout = _layout(title, barmode="stack", bargap=0.15, height=HEIGHT + 30,
-                     margin=dict(l=60, r=20, t=86, b=44),
-                     xaxis=dict(title=dict(text="decode step")), yaxis=dict(title=dict(text="ms")))
+                     margin=dict(l=60, r=20, t=MODEBAR_PX + 78, b=44),
+                     xaxis=step_axis(steps, "decode step"), yaxis=dict(title=dict(text="ms")))
     return {"data": data, "layout": layout}
 
 
@@ -258,7 +348,11 @@ def _tree_y(parents: Sequence[int]) -> list[float]:
 
 @dataclass
 class _DrawnTree:
-    """One step's draft tree as drawn: the bonus token hangs off the last accepted node as one more node."""
+    """One step's draft tree as drawn: the bonus token hangs off the last accepted node as one more node.
+
+    `kept` nodes are what the run emitted (`StepEvent.tokens`): verification may accept a path that runs
+    past the end of the answer (an end-of-sequence token, or the token budget), and what lies beyond
+    was never part of the output."""
     row: pd.Series
     tokens: list[int]
     parents: list[int]
@@ -271,7 +365,8 @@ class _DrawnTree:
     x: list[float]
     y: list[float]
     on_path: set[int]
-    miss: bool  # the bonus token was a vocabulary miss
+    miss: bool  # the bonus token was a vocabulary miss (and was kept)
+    kept: set[int]  # nodes whose token the step emitted (accepted path and bonus, cut at the answer's end)
 
     @classmethod
     def from_row(cls, row: pd.Series) -> "_DrawnTree":
@@ -285,64 +380,80 @@ class _DrawnTree:
         tokens.append(int(row["bonus_token"]))
         parents.append(path[-1])
         depths.append(depths[path[-1]] + 1)
+        kept = set([*path[1:], bonus][:len(row["tokens"])])
         return cls(row, tokens, parents, depths, list(row["tree_logprobs"]), list(row["tree_in_active"]), path,
                    sources, bonus, [float(d) for d in depths], _tree_y(parents), set(path),
-                   metrics.as_flag(row["coverage"]) is False)
+                   metrics.as_flag(row["coverage"]) is False and bonus in kept, kept)
+
+    @property
+    def cut(self) -> bool:
+        """The answer ended inside this step: some accepted tokens (or the bonus) were not kept."""
+        return self.bonus not in self.kept
 
     def hover(self, i: int, token_text: Mapping[int, str] | None) -> str:
         label = token_label(self.tokens[i], token_text)
+        dropped = "<br>NOT KEPT: the answer ended before it" if i != 0 and i not in self.kept else ""
         if i == self.bonus:
             status = "bonus token from the target" + (" — VOCAB MISS (outside the active set)" if self.miss else "")
-            return f"<b>{label}</b><br>id {self.tokens[i]}<br>{status}"
+            return f"<b>{label}</b><br>id {self.tokens[i]}<br>{status}{dropped}"
         kind = "root (last emitted token)" if i == 0 else ("accepted" if i in self.on_path else "rejected")
         active = "in" if self.in_active[i] else "OUT of"
         source = self.sources[i]
         origin = "" if i == 0 else f"<br>from {SOURCE_TEXT.get(source, source)}"
         score = "copied from the context" if source == "copy" else f"draft log-prob {self.logprobs[i]:.3f}"
         return (f"<b>{label}</b><br>id {self.tokens[i]} · depth {self.depths[i]}<br>"
-                f"{score}<br>{active} the active set<br>{kind}{origin}")
+                f"{score}<br>{active} the active set<br>{kind}{origin}{dropped}")
 
 
 def _tree_edges(t: _DrawnTree) -> list[dict]:
-    """Grey edges, and the accepted path (with the bonus edge) in green."""
-    edge_x, edge_y, path_x, path_y = [], [], [], []
+    """Grey edges; the kept path (with the bonus edge) in green; accepted edges past the answer's end dotted."""
+    xs: dict[str, list] = {"edges": [], "accepted path": [], "not kept": []}
+    ys: dict[str, list] = {"edges": [], "accepted path": [], "not kept": []}
     for child, parent in enumerate(t.parents):
         if parent < 0:
             continue
-        accepted_edge = child in t.on_path or child == t.bonus
-        (path_x if accepted_edge else edge_x).extend([t.x[parent], t.x[child], None])
-        (path_y if accepted_edge else edge_y).extend([t.y[parent], t.y[child], None])
-    return [dict(type="scatter", x=edge_x, y=edge_y, mode="lines", name="edges", hoverinfo="skip",
-                 line=dict(color="#c8c8c8", width=1.2)),
-            dict(type="scatter", x=path_x, y=path_y, mode="lines", name="accepted path", hoverinfo="skip",
-                 line=dict(color="#2e9d5b", width=3.5))]
+        kind = ("accepted path" if child in t.kept else
+                "not kept" if child in t.on_path or child == t.bonus else "edges")
+        xs[kind].extend([t.x[parent], t.x[child], None])
+        ys[kind].extend([t.y[parent], t.y[child], None])
+    styles = {"edges": dict(color="#c8c8c8", width=1.2), "accepted path": dict(color="#2e9d5b", width=3.5),
+              "not kept": dict(color="#9fcfb2", width=2.5, dash="dot")}
+    return [dict(type="scatter", x=xs[k], y=ys[k], mode="lines", name=k, hoverinfo="skip", showlegend=False,
+                 line=style) for k, style in styles.items()]
 
 
 def _tree_nodes(t: _DrawnTree, token_text: Mapping[int, str] | None) -> list[dict]:
-    """One marker trace per node group (rejected, accepted, root, bonus); drafted nodes' shape is their source."""
+    """One marker trace per node group; drafted nodes' shape is their source. Labels sit above their node,
+    off the edges (which run level to level through the nodes' centres)."""
     groups = (
         ("drafted (rejected)", [i for i in range(1, t.bonus) if i not in t.on_path], "#b9c4d6", "circle", 11),
-        ("accepted", [i for i in t.path if i != 0], ORIGIN_COLORS[ACCEPTED], "circle", 14),
+        ("accepted", [i for i in t.path if i != 0 and i in t.kept], ORIGIN_COLORS[ACCEPTED], "circle", 14),
         ("root", [0], "#555", "square", 14),
-        ("bonus", [t.bonus], ORIGIN_COLORS[VOCAB_MISS if t.miss else BONUS], "star", 20),
+        ("bonus", [t.bonus] if t.bonus in t.kept else [], ORIGIN_COLORS[VOCAB_MISS if t.miss else BONUS], "star", 20),
+        ("not kept (after the answer's end)", [i for i in [*t.path[1:], t.bonus] if i not in t.kept], "white",
+         "circle-open", 13),
     )
     data = []
     for name, idx, color, symbol, size in groups:
+        if not idx and name.startswith("not kept"):
+            continue  # the legend names it only when it happens
         outline = ["#d64545" if i < t.bonus and not t.in_active[i] else "white" for i in idx]
         if symbol == "circle":  # drafted nodes: the shape says which source proposed them
             symbol = [SOURCE_SYMBOLS.get(t.sources[i], "circle") for i in idx]
+        marker = dict(color=color, symbol=symbol, size=size, line=dict(color=outline, width=1.5))
+        if symbol == "circle-open":
+            marker = dict(color="#2e9d5b", symbol=symbol, size=size, line=dict(width=2))
         data.append(dict(
             type="scatter", x=[t.x[i] for i in idx], y=[t.y[i] for i in idx], mode="markers+text", name=name,
-            text=[token_label(t.tokens[i], token_text)[:14] for i in idx], textposition="middle right",
-            textfont=dict(size=11, color="#333"), customdata=list(idx),
-            hovertext=[t.hover(i, token_text) for i in idx], hoverinfo="text",
-            marker=dict(color=color, symbol=symbol, size=size, line=dict(color=outline, width=1.5))))
+            text=[token_label(t.tokens[i], token_text)[:12] for i in idx], textposition="top center",
+            textfont=dict(size=10, color="#333"), customdata=list(idx),
+            hovertext=[t.hover(i, token_text) for i in idx], hoverinfo="text", marker=marker))
     return data
 
 
 def tree_spec(frame: pd.DataFrame, step: int | None = None,
               token_text: Mapping[int, str] | None = None) -> dict:
-    """The draft tree of one step (default: the latest): accepted path highlighted, bonus token added."""
+    """The draft tree of one step (default: the latest): the kept path highlighted, bonus token added."""
     if frame.empty:
         return _empty_spec("Draft tree", "no steps yet")
     rows = frame[frame["step"] == step] if step is not None else frame.iloc[[-1]]
@@ -352,14 +463,28 @@ def tree_spec(frame: pd.DataFrame, step: int | None = None,
     n_copy = sum(s in ("copy", "both") for s in t.sources)
     for source in ("copy", "both") if n_copy else ():  # legend entries for the shapes
         data.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=SOURCE_LEGEND[source],
-                         marker=dict(color="#888", symbol=SOURCE_SYMBOLS[source], size=11)))
+                         marker=dict(color="#888", symbol=SOURCE_SYMBOLS[source], size=10)))
     n_acc = len(t.path) - 1
-    title = (f"Draft tree of step {int(row['step'])}: {len(row['tree_tokens']) - 1} drafted"
-             + (f" ({n_copy} on the copy chain)" if n_copy else "")
-             + f", {n_acc} accepted + bonus" + (" (vocab miss)" if t.miss else ""))
-    layout = _layout(title, showlegend=True, height=max(HEIGHT, 26 * (max(t.y) + 1) + 110), hovermode="closest",
-                     xaxis=dict(title=dict(text="depth"), dtick=1, range=[-0.3, max(t.x) + 0.9], zeroline=False),
-                     yaxis=dict(visible=False, autorange="reversed"))
+    if t.cut:
+        n_kept = len(t.kept)
+        last = [*t.path[1:], t.bonus][n_kept - 1] if n_kept else None
+        end = f" at {token_label(t.tokens[last], token_text)}" if last is not None else ""
+        outcome = f", {n_acc} accepted, {n_kept} kept: the answer ended{end}"
+    else:
+        outcome = f", {n_acc} accepted + bonus" + (" (vocab miss)" if t.miss else "")
+    # two lines: the step, then what happened in it (one line would run past a half-width chart)
+    title = (f"Draft tree of step {int(row['step'])}<br><span style='font-size:12px'>"
+             f"{len(row['tree_tokens']) - 1} drafted" + (f" ({n_copy} on the copy chain)" if n_copy else "")
+             + html.escape(outcome) + "</span>")
+    top, bottom = MODEBAR_PX + 52, 105
+    height = max(HEIGHT, 36 * (max(t.y) + 1.5) + top + bottom)  # ~36 px per row: a label above each node
+    layout = _layout(title, showlegend=True, height=height, hovermode="closest",
+                     # the legend under the axis title (~60 px below the plot area): it never grows into the title
+                     legend=dict(orientation="h", yanchor="top", y=-62 / (height - top - bottom), x=0,
+                                 font=dict(size=10), itemwidth=30, tracegroupgap=0),
+                     margin=dict(l=30, r=20, t=top, b=bottom),
+                     xaxis=dict(title=dict(text="depth"), dtick=1, range=[-0.4, max(t.x) + 0.6], zeroline=False),
+                     yaxis=dict(visible=False, range=[max(t.y) + 0.6, -0.9]))  # reversed: first leaf on top
     return {"data": data, "layout": layout}
 
 

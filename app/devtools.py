@@ -1,14 +1,13 @@
 """Engines for tests and development of the app itself (not for real use): a tiny random-weight model
-with a toy word tokenizer (`python app.py --tiny`, `python -m app.soak --tiny`, the app's tests), a
-slowed-down engine that counts its steps (tests of Stop and of closed tabs), and a random draft head
-for a target without a trained one (`python app.py --random-head`).
+with a toy word tokenizer (`python app.py --tiny`, `python -m app.soak --tiny`, the app's tests) and a
+slowed-down engine that counts its steps (tests of Stop and of closed tabs). (The random draft head
+for a target without a trained one, `python app.py --random-head`, is `app.models.with_random_head`.)
 """
 
 from __future__ import annotations
 
 import time
 import zlib
-from dataclasses import replace
 
 import torch
 
@@ -17,13 +16,6 @@ from nanospec import SpecEngine
 from nanospec.pair import PairInfo
 
 from .models import Loader, ProgressFn
-
-
-def with_random_head(engine: SpecEngine, info: PairInfo) -> tuple[SpecEngine, PairInfo]:
-    """The same target with an untrained random head, so every method runs (τ stays near 1)."""
-    head = random_head(engine.model.config, dtype=engine.lm_head_weight.dtype).to(engine.device)
-    spec = SpecEngine(engine.model, engine.tokenizer, head, frequent_ids=engine.frequent_ids)
-    return spec, replace(info, head="random untrained head (UI development only: τ ≈ 1)")
 
 
 _WORDS = ("the", "draft", "tree", "token", "accepts", "a", "fast", "small", "vocabulary", "target",

@@ -1,14 +1,17 @@
 """One model pair per process: a lazy, thread-safe loader shared by all sessions.
 
 Nothing here loads at import time. `EngineProvider.get()` loads on first use (reporting progress)
-and hands every later caller the same `(SpecEngine, PairInfo)`. Engines for tests and development
-(a tiny random model, a slowed-down one) are in `app.devtools`.
+and hands every later caller the same `(SpecEngine, PairInfo)`; `with_random_head` gives a target
+without a trained head a random one (`python app.py --random-head`). Engines for tests and
+development (a tiny random model, a slowed-down one) are in `app.devtools`, which builds on this
+module (never the other way round).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -75,10 +78,17 @@ def pair_loader(model: str | None = None, head: str | None = None, device: str |
 
         engine, info = load_pair(model, head, device=device, dtype=dtype, progress=progress)
         if engine.head is None and random_head_if_missing:
-            from .devtools import with_random_head
-
             engine, info = with_random_head(engine, info)
         return engine, info
 
     return load
+
+
+def with_random_head(engine: SpecEngine, info: PairInfo) -> tuple[SpecEngine, PairInfo]:
+    """The same target with an untrained random head, so every method runs (τ stays near 1)."""
+    from nanospec.bench.random_pair import random_head
+
+    head = random_head(engine.model.config, dtype=engine.lm_head_weight.dtype).to(engine.device)
+    spec = SpecEngine(engine.model, engine.tokenizer, head, frequent_ids=engine.frequent_ids)
+    return spec, replace(info, head="random untrained head (UI development only: τ ≈ 1)")
 

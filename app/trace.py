@@ -50,6 +50,8 @@ class TokenDecoder:
         self._start = 0        # first id of the decode window
         self._printed = 0      # characters of the window's text already handed out
         self._single: dict[int, str] = {}
+        # special tokens (end of sequence, chat markers) are not part of the answer's text
+        self.special_ids: set[int] = set(getattr(tokenizer, "all_special_ids", None) or ())
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -87,17 +89,25 @@ class RunView:
     meta: dict = field(default_factory=dict)
     wall_s: float = 0.0
     origins: list[str] = field(default_factory=list)          # where each emitted token came from
+    special: list[bool] = field(default_factory=list)         # each emitted token is a special token (EOS, ...)
+    stopped: bool = False                                     # Stop ended the run before its end
 
     def add(self, event: StepEvent, decoder: TokenDecoder) -> None:
         from .charts import ORIGIN_LABELS
 
         self.events.append(event)
         self.pieces.extend(decoder.push(t) for t in event.tokens)
-        origins = metrics.step_origins(len(event.accepted_tokens), event.n_emitted, event.coverage)
-        self.origins.extend(ORIGIN_LABELS[o] for o in origins)
+        self.special.extend(t in decoder.special_ids for t in event.tokens)
+        self.origins.extend(ORIGIN_LABELS[o] for o in metrics.event_origins(event))
         for t in (*event.tree_tokens, event.bonus_token):
             if t not in self.token_text:
                 self.token_text[t] = decoder.text_of(t)
+
+    def snapshot(self) -> "RunView":
+        """A copy whose lists the running decode cannot grow while the copy is drawn."""
+        return RunView(events=list(self.events), pieces=list(self.pieces), token_text=dict(self.token_text),
+                       summary=self.summary, meta=dict(self.meta), wall_s=self.wall_s, origins=list(self.origins),
+                       special=list(self.special), stopped=self.stopped)
 
     def frame(self) -> pd.DataFrame:
         return events_to_frame(self.events)
@@ -111,7 +121,8 @@ def save_downloads(view: RunView, folder: str | Path | None = None) -> tuple[Pat
     """Write the run as `<folder>/nanospec-trace.csv` and `.json` (re-loadable by `load_trace`)."""
     folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="nanospec-"))
     name = f"nanospec-{view.events[0].method if view.events else 'run'}-trace"
-    meta = {**view.meta, "pieces": view.pieces, "token_text": {str(k): v for k, v in view.token_text.items()}}
+    meta = {**view.meta, "pieces": view.pieces, "special": view.special,
+            "token_text": {str(k): v for k, v in view.token_text.items()}}
     csv_path = save_trace(folder / f"{name}.csv", view.events, view.summary, meta)
     json_path = save_trace(folder / f"{name}.json", view.events, view.summary, meta)
     return csv_path, json_path
@@ -128,6 +139,7 @@ def load_view(path: str | Path, tokenizer=None) -> RunView:
         raise ValueError(f"{Path(path).name} holds no steps")
     meta = dict(meta or {})
     pieces = meta.pop("pieces", None)
+    special = meta.pop("special", None)
     saved_text = {int(k): v for k, v in (meta.pop("token_text", None) or {}).items()}
     n_tokens = sum(len(e.tokens) for e in events)
     view = RunView(summary=summary, meta=meta,
@@ -137,5 +149,7 @@ def load_view(path: str | Path, tokenizer=None) -> RunView:
         view.add(event, decoder)
     if isinstance(pieces, list) and len(pieces) == n_tokens:
         view.pieces = [str(p) for p in pieces]
+    if isinstance(special, list) and len(special) == n_tokens:
+        view.special = [bool(x) for x in special]
     view.token_text.update(saved_text)
     return view

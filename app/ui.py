@@ -9,7 +9,7 @@ from __future__ import annotations
 import gradio as gr
 
 from .callbacks import COMPARE_COLUMNS, LIVE_OUTPUTS, Explorer
-from .charts import ORIGIN_COLORS
+from .charts import ANSWER_CSS, answer_html
 from .lesson import LIVE_HEADER, build_lesson_tab, register_deep_link
 from .inputs import DEFAULTS, LIMITS, defaults_for, METHODS, SPEC_METHODS, example_prompts
 from .models import EngineProvider, Loader, pair_loader
@@ -74,13 +74,13 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
 
         with gr.Tabs() as tabs:
             with gr.Tab("Live", id="live"):
-                with gr.Row():
-                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+                with gr.Row(equal_height=True):
+                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", scale=1)
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", scale=1)
+                    # where a run's progress shows (the first run loads the model: tens of seconds)
+                    run_status = gr.HTML("", elem_id="run-status", min_height=44, scale=2, padding=False)
                 kpis = gr.HTML(elem_id="kpis")
-                answer = gr.HighlightedText(label="Answer — each token coloured by where it came from",
-                                            color_map=ORIGIN_COLORS, show_legend=True,
-                                            show_inline_category=False, elem_id="answer")
+                answer = gr.HTML(answer_html([], []), css_template=ANSWER_CSS, elem_id="answer", js_on_load=None)
                 with gr.Row(equal_height=False):
                     with gr.Column():
                         tree_plot = gr.Plot(label="Draft tree", elem_id="tree-plot", show_label=False)
@@ -127,13 +127,19 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                  "tree_plot": tree_plot, "phase_plot": phase_plot, "step": step, "view": view, "csv": csv_btn,
                  "json": json_btn, "pair": pair_md}
         live_outputs = [named[name] for name in LIVE_OUTPUTS]
-        run_event = run_btn.click(explorer.run_live, [prompt, method, *knobs], live_outputs, api_name="run",
-                                  concurrency_id=MODEL_QUEUE, concurrency_limit=1, show_progress_on=[answer])
-        stop_btn.click(explorer.after_stop, [view], live_outputs, cancels=[run_event], api_name="stop",
-                       show_progress="hidden")
+        # Stop tells the run to end after its current step; the run then sends its last values itself
+        # (a Gradio cancel would race the run's last streamed values against Stop's: see `LiveRun`)
+        run_btn.click(explorer.run_requested, None, None, queue=False, api_visibility="undocumented")
+        run_btn.click(explorer.run_live, [prompt, method, *knobs], live_outputs, api_name="run",
+                      concurrency_id=MODEL_QUEUE, concurrency_limit=1,
+                      show_progress_on=[run_status, answer])  # next to Run: in view when it is pressed
+        stop_btn.click(explorer.after_stop, [view], live_outputs, api_name="stop", show_progress="hidden",
+                       concurrency_limit=None)
         step.input(explorer.scrub, [view, step], tree_plot, api_name="scrub", trigger_mode="always_last",
                    concurrency_limit=None, show_progress="hidden")
-        replay_file.upload(explorer.replay, [replay_file], live_outputs, api_name="replay", concurrency_limit=None)
+        # a bad file: its message (a toast) and nothing else, not an error badge on every output
+        replay_file.upload(explorer.replay, [replay_file], live_outputs, api_name="replay", concurrency_limit=None,
+                           show_progress="hidden")
         compare_event = compare_btn.click(explorer.run_compare, [prompt, methods, *knobs],
                                           [table, compare_plot, verdict, compare_runs], api_name="compare",
                                           concurrency_id=MODEL_QUEUE, concurrency_limit=1,

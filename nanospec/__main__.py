@@ -56,6 +56,10 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
                         "list and run each")
     p.add_argument("--copy-ngram", type=int, default=t.copy_ngram,
                    help="copy branch: longest n-gram matched (then shorter ones, as transformers' prompt lookup)")
+    p.add_argument("--budget", choices=("on", "off", "both"), default=None,
+                   help="tree methods: the cost-aware draft budget, which verifies each step only the nodes whose "
+                        "calibrated acceptance chance pays for their verification on this device "
+                        f"(default: {'on' if t.budget else 'off'}); compare takes 'both' and runs each")
     p.add_argument("--fixed-shape", action="store_true",
                    help="verify the same number of tree nodes every step (the copy chain's unused slots as PAD "
                         "nodes), as a GPU always does; a CPU otherwise drops them first")
@@ -86,7 +90,7 @@ def _decode_options(a) -> dict:
                 temperature=a.temperature, top_p=a.top_p, seed=a.seed, capacity=a.capacity,
                 static_size=a.static_size, core_size=a.core_size, ctx_topk=a.ctx_topk,
                 copy_branch=(a.copy_branch or [TreeConfig().copy_branch])[0], copy_ngram=a.copy_ngram,
-                fixed_shape=a.fixed_shape)
+                fixed_shape=a.fixed_shape, budget=(a.budget or ("on" if TreeConfig().budget else "off")) == "on")
 
 
 def _load(a):
@@ -98,13 +102,15 @@ def _load(a):
 
 
 def _read_prompts(path: str | None, split: str | None) -> list:
-    from .data.prompts import load_prompts, prompt_messages
-    return [prompt_messages(item) for item in load_prompts(path, split=split)]
+    from .data.prompts import load_prompts, prompt_input
+    return [prompt_input(item) for item in load_prompts(path, split=split)]
 
 
 def cmd_generate(a) -> int:
     if a.copy_branch and len(a.copy_branch) > 1:
         raise ValueError("generate takes one --copy-branch value")
+    if a.budget == "both":
+        raise ValueError("generate takes --budget on or off ('both' is for compare)")
     engine, info = _load(a)
     prompt = a.prompt if a.prompt is not None else _read_prompts(a.prompts, None)[0]
     cfg = GenerationConfig.build(a.method, **_decode_options(a))
@@ -132,7 +138,7 @@ def cmd_generate(a) -> int:
 
 def cmd_compare(a) -> int:
     from .bench.compare import by_category, compare, format_by_category, format_table, peak_memory_mb, resident_split_mb
-    from .data.prompts import load_prompts, prompt_messages
+    from .data.prompts import load_prompts, prompt_input
     from .pair import missing_before_load
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
@@ -142,11 +148,12 @@ def cmd_compare(a) -> int:
     methods = _skip(methods, missing_before_load(methods, a.model, a.head, a.freq_table))  # before loading
     engine, info = _load(a)
     methods = _skip(methods, {m: engine.missing_for(m) for m in methods if engine.missing_for(m)})
-    prompts = [prompt_messages(item) for item in items]
+    prompts = [prompt_input(item) for item in items]
     categories = [item.get("category", "-") for item in items]
     options = _decode_options(a)
     table = compare(engine, prompts, methods, options, prompt_lookup=a.prompt_lookup,
-                    progress=_prompt_progress, repeat=a.repeat, copy_branches=a.copy_branches)
+                    progress=_prompt_progress, repeat=a.repeat, copy_branches=a.copy_branches,
+                    budgets=(False, True) if a.budget == "both" else ())
     print(file=sys.stderr)
     print(f"target {info.target} (V={info.vocab_size}, H={info.hidden_size}) | head {info.head} ({info.head_family}) | "
           f"device {info.device} {info.dtype} | {len(prompts)} prompts x {a.repeat} | "
@@ -154,6 +161,10 @@ def cmd_compare(a) -> int:
           f"temperature {a.temperature} | copy branch "
           f"{','.join(map(str, a.copy_branches or [options['copy_branch']]))} (ngram {a.copy_ngram})")
     print(format_table(table))
+    for row in table:
+        if row.get("budget_share"):
+            print(f"{row['method']}: the draft budget's own time is {100 * row['budget_share']:.1f}% of a step")
+    _print_trust(table)
     if len(set(categories)) > 1:
         print("\nby prompt category:")
         print(format_by_category(by_category(table, categories), [r["method"] for r in table if r["method"] != "ar"]))
@@ -163,6 +174,13 @@ def cmd_compare(a) -> int:
         print(f"resident now: {split['rss']:.0f} MB = {split['anon']:.0f} MB anonymous + {split['file']:.0f} MB "
               "file-backed (mostly the model's safetensors, mapped by transformers: page cache, reclaimable)")
     return _save_and_check(table, a)
+
+
+def _print_trust(table: list[dict]) -> None:
+    """Under the table: a warning line per row whose timings cannot be trusted (bench.compare.assess_trust)."""
+    from .bench.compare import trust_warnings
+    for line in trust_warnings(table):
+        print(line)
 
 
 def _skip(methods: list[str], missing: dict[str, str]) -> list[str]:
@@ -193,10 +211,11 @@ def _save_and_check(table: list[dict], a) -> int:
 
 
 def cmd_sweep(a) -> int:
-    from .bench.compare import format_table, sweep
-    from .training.train_head import parse_settings
+    from .bench.compare import format_table, parse_tree_settings, sweep
+    if a.budget == "both":
+        raise ValueError("sweep takes --budget on or off ('both' is for compare)")
     engine, info = _load(a)
-    trees = parse_settings(a.trees)
+    trees = parse_tree_settings(a.trees)
     prompts = _read_prompts(a.prompts, a.split)[: a.limit or None]
     table = sweep(engine, prompts, a.method, trees, _decode_options(a), progress=_prompt_progress, repeat=a.repeat,
                   copy_branches=a.copy_branches)
@@ -204,6 +223,10 @@ def cmd_sweep(a) -> int:
     print(f"target {info.target} | head {info.head} | device {info.device} {info.dtype} | {len(prompts)} prompts "
           f"x {a.repeat} | max_new_tokens {a.max_new_tokens} | {a.method} at depth x top_k x total_tokens")
     print(format_table(table))
+    for row in table:
+        if row.get("budget_share"):
+            print(f"{row['method']}: the draft budget's own time is {100 * row['budget_share']:.1f}% of a step")
+    _print_trust(table)
     return _save_and_check(table, a)
 
 

@@ -37,22 +37,29 @@ def sample_token(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def greedy_path(tokens: torch.Tensor, parents: torch.Tensor, argmax: torch.Tensor,
-                ancestors: torch.Tensor | None = None) -> DevicePath:
+                ancestors: torch.Tensor | None = None, enabled: torch.Tensor | None = None) -> DevicePath:
     """Longest path whose every token equals the target's argmax at its parent; bonus = argmax at its end.
-    `ancestors`: the tree's [T, T] ancestor mask when the caller has it (made from `parents` if not)."""
+    `ancestors`: the tree's [T, T] ancestor mask when the caller has it (made from `parents` if not).
+    `enabled` [T] bool: nodes the draft budget kept (budget.py); a disabled node is never accepted."""
     par = parents.clamp(min=0)
     accept = (tokens == argmax[par]) & (parents >= 0)                       # [T]
+    if enabled is not None:
+        accept = accept & enabled
     nodes, length = _path(parents, _first_accepted_child(accept, par), ancestors)
     return DevicePath(nodes, length, argmax.gather(0, _last(nodes, length)))
 
 
 def sample_path(tokens: torch.Tensor, parents: torch.Tensor, p: torch.Tensor,
-                generator: torch.Generator | None, ancestors: torch.Tensor | None = None) -> DevicePath:
-    """Multi-candidate rejection at every node at once; p [T, V] are the target's warped probabilities."""
+                generator: torch.Generator | None, ancestors: torch.Tensor | None = None,
+                enabled: torch.Tensor | None = None) -> DevicePath:
+    """Multi-candidate rejection at every node at once; p [T, V] are the target's warped probabilities.
+    A node not `enabled` (pruned by the draft budget) is as if absent: never tried, removes no mass."""
     t, dev = tokens.shape[0], tokens.device
     idx = torch.arange(t, device=dev)
     par = parents.clamp(min=0)
     child = parents >= 0
+    if enabled is not None:
+        child = child & enabled
     # p_n(x) of each child x at its parent n; a token repeated among siblings counts once (the
     # first copy's rejection already removed its mass)
     px = p[par, tokens] * child                                              # [T]
@@ -67,7 +74,7 @@ def sample_path(tokens: torch.Tensor, parents: torch.Tensor, p: torch.Tensor,
     last = _last(nodes, length)
     # bonus: a draw from p at the last node without its children's tokens (all were rejected)
     p_last = p.index_select(0, last)                                         # [1, V]
-    tried = torch.zeros(p.shape[-1], device=dev).index_add_(0, tokens, (parents == last).float()) > 0
+    tried = torch.zeros(p.shape[-1], device=dev).index_add_(0, tokens, ((parents == last) & child).float()) > 0
     rest = p_last.masked_fill(tried, 0.0)
     rest = torch.where(rest.sum() > 0, rest, p_last)  # an empty remainder only comes from round-off
     return DevicePath(nodes, length, sample_token(rest, u[t:]))

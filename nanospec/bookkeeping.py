@@ -17,31 +17,38 @@ import torch
 from . import transfer
 from .accept import greedy_path, sample_path
 from .config import SamplingConfig
-from .copy_branch import SOURCE_NAMES, drop_padding
+from .copy_branch import PAD, SOURCE_NAMES, drop_padding
 from .events import StepEvent
 from .tree import DraftTree
 from .verify import Acceptance, HostTree, warp_probs
 from .vocab import VocabPolicy
 
 
-def accept_step(tree: DraftTree, logits: torch.Tensor, argmax: torch.Tensor, proposal, vocab: VocabPolicy,
-                sampling: SamplingConfig, gen: torch.Generator | None) -> Acceptance:
-    """Acceptance on the device, then the step's one device->host transfer: the path, the bonus
-    token and its membership, the Ext count and the tree (for the event)."""
+def accept_step(tree: DraftTree, logits: torch.Tensor, argmax: torch.Tensor, candidates: torch.Tensor,
+                vocab: VocabPolicy, sampling: SamplingConfig, gen: torch.Generator | None,
+                extra: tuple[torch.Tensor, ...] = ()) -> Acceptance:
+    """Acceptance on the device, the vocabulary's proposal (Ext: the `candidates` plus the bonus
+    token, which sampling may draw from outside them), then the step's one device->host transfer:
+    the path, the bonus token and its membership, the Ext count, the tree (for the event) and
+    `extra` (one value each, e.g. the draft budget's figures, read as `Acceptance.extra`)."""
     if sampling.greedy:
-        dp = greedy_path(tree.tokens, tree.parents, argmax, tree.ancestors)
+        dp = greedy_path(tree.tokens, tree.parents, argmax, tree.ancestors, tree.enabled)
     else:
         probs = warp_probs(logits, sampling.temperature, sampling.top_p)
-        dp = sample_path(tree.tokens, tree.parents, probs, gen, tree.ancestors)
+        dp = sample_path(tree.tokens, tree.parents, probs, gen, tree.ancestors, tree.enabled)
+    proposal = vocab.propose(torch.cat([candidates, dp.bonus]))
     n_new = proposal.n_new.reshape(1) if proposal is not None else torch.zeros_like(dp.length)
     sources = tree.sources if tree.sources is not None else torch.ones_like(tree.tokens)
-    nodes, (n,), (bonus,), (bonus_in,), (n_new,), tokens, parents, depths, scores, in_active, src = \
+    if tree.enabled is not None:  # pruned by the budget: shown as PAD, i.e. not at all
+        sources = torch.where(tree.enabled, sources, PAD)
+    nodes, (n,), (bonus,), (bonus_in,), (n_new,), tokens, parents, depths, scores, in_active, src, *more = \
         transfer.to_host(dp.nodes, dp.length, dp.bonus, vocab.contains(dp.bonus), n_new,
-                         tree.tokens, tree.parents, tree.depths, tree.scores, tree.in_active, sources)
+                         tree.tokens, tree.parents, tree.depths, tree.scores, tree.in_active, sources,
+                         *(x.reshape(1) for x in extra))
     host = HostTree(tokens=tokens, parents=parents, depths=depths, scores=[round(s, 4) for s in scores],
                     in_active=in_active, sources=[0] + src[1:])
     return Acceptance(path=nodes[:n], bonus=bonus, bonus_in_active=bonus_in, n_new=n_new, tree=host,
-                      keep=dp.nodes[:n], bonus_dev=dp.bonus)
+                      keep=dp.nodes[:n], bonus_dev=dp.bonus, proposal=proposal, extra=[x[0] for x in more])
 
 
 def spec_event(step: int, method: str, acc: Acceptance, accepted: list[int], tokens: list[int], active_size: int,

@@ -22,6 +22,9 @@ class TreeConfig:
     as PAD nodes), as a GPU always does, where a shape that depends on data would make the host
     wait. Off, a CPU drops the PAD nodes first (it pays for every verified node); on any other
     device the shape is fixed either way.
+
+    `budget`: the cost-aware draft budget (budget.py): each step verifies only the nodes whose
+    calibrated acceptance chance pays for their share of the verification forward on this device.
     """
 
     depth: int = 3
@@ -30,6 +33,7 @@ class TreeConfig:
     copy_branch: int = 10
     copy_ngram: int = 2
     fixed_shape: bool = False
+    budget: bool = False
 
     @property
     def max_nodes(self) -> int:
@@ -42,12 +46,13 @@ class TreeConfig:
         _check_int("total_tokens", self.total_tokens, 2, 512)
         _check_int("copy_branch", self.copy_branch, 0, 64)
         _check_int("copy_ngram", self.copy_ngram, 1, 16)
-        if not isinstance(self.fixed_shape, bool):
-            raise ValueError(f"fixed_shape must be True or False; got {self.fixed_shape!r}")
+        for name in ("fixed_shape", "budget"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
 
 
 # the options that shape a tree (a run that sets none of them gets the device's default tree)
-TREE_OPTIONS = frozenset(TreeConfig.__dataclass_fields__) - {"fixed_shape"}
+TREE_OPTIONS = frozenset(TreeConfig.__dataclass_fields__) - {"fixed_shape", "budget"}
 
 
 def default_tree(device) -> TreeConfig:

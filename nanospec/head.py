@@ -106,7 +106,8 @@ def save_head(head: EagleHead, folder: str | Path, dtype: torch.dtype | None = N
     return folder
 
 
-def _read_state(folder: Path) -> dict[str, torch.Tensor]:
+def read_state(folder: Path) -> dict[str, torch.Tensor]:
+    """A head folder's weights (`model.safetensors` or `pytorch_model.bin`) on the CPU, as saved."""
     st = folder / "model.safetensors"
     if st.exists():
         from safetensors.torch import load_file
@@ -132,13 +133,13 @@ def load_head(folder: str | Path, target=None, device: torch.device | str = "cpu
     bias = bool(raw.pop("bias", True))
     qkv_bias = bool(raw.pop("qkv_bias", False))
     config = llama_config_from_json(raw)
-    state = _read_state(folder)
+    state = read_state(folder)
     # older public heads carry per-layer `rotary_emb.inv_freq` buffers; rotary tables are recomputed here
     state = {k.removeprefix("model."): v for k, v in state.items() if "rotary_emb." not in k}
     notes: list[str] = []
     if target is not None:
         check_head_matches(config, target.config)
-        notes = _reuse_target_embedding(state, target)
+        notes = reuse_target_embedding(state, target)
     head = EagleHead(config, bias=bias, with_embedding="embed_tokens.weight" in state, qkv_bias=qkv_bias)
     head.notes = notes
     missing, unexpected = head.load_state_dict(state, strict=False)
@@ -150,14 +151,14 @@ def load_head(folder: str | Path, target=None, device: torch.device | str = "cpu
     return head
 
 
-def _reuse_target_embedding(state: dict[str, torch.Tensor], target) -> list[str]:
+def reuse_target_embedding(state: dict[str, torch.Tensor], target) -> list[str]:
     """Drop the head's `embed_tokens.weight` from `state` when it equals the target's input embedding."""
     own = state.get("embed_tokens.weight")
     if own is None:
         return []
     theirs = target.get_input_embeddings().weight
     size_mb = own.numel() * own.element_size() / 2**20
-    if tuple(own.shape) == tuple(theirs.shape) and _same_values(own, theirs):
+    if tuple(own.shape) == tuple(theirs.shape) and same_values(own, theirs):
         del state["embed_tokens.weight"]
         return [f"the head's own embed_tokens {list(own.shape)} equals the target's: using the target's "
                 f"({size_mb:,.0f} MB not duplicated)"]
@@ -165,7 +166,7 @@ def _reuse_target_embedding(state: dict[str, torch.Tensor], target) -> list[str]
             f"{list(theirs.shape)}: the head uses its own ({size_mb:,.0f} MB extra)"]
 
 
-def _same_values(a: torch.Tensor, b: torch.Tensor, rows: int = 4096) -> bool:
+def same_values(a: torch.Tensor, b: torch.Tensor, rows: int = 4096) -> bool:
     """Exact equality compared in fp32 on b's device, a block of rows at a time (no second full copy)."""
     for start in range(0, a.shape[0], rows):
         block_a = a[start:start + rows].to(device=b.device, dtype=torch.float32)

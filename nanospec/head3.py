@@ -27,7 +27,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from .rotary import Fp32RotaryModule
-from .head import _read_state, _reuse_target_embedding, head_config_from_target, llama_config_from_json
+from .head import read_state, reuse_target_embedding, head_config_from_target, llama_config_from_json
 
 ARCH = "LlamaForCausalLMEagle3"
 
@@ -197,7 +197,7 @@ def load_eagle3(folder: str | Path, target=None, device: torch.device | str = "c
     raw = json.loads((folder / "config.json").read_text())
     config = llama_config_from_json(raw)
     config.draft_vocab_size = int(raw.get("draft_vocab_size") or config.vocab_size)
-    state = _eagle_layout(_read_state(folder))
+    state = _eagle_layout(read_state(folder))
     if "d2t" not in state:
         if config.draft_vocab_size != config.vocab_size:
             raise ValueError(f"EAGLE-3 head {folder}: draft_vocab_size {config.draft_vocab_size} < vocab_size "
@@ -208,7 +208,7 @@ def load_eagle3(folder: str | Path, target=None, device: torch.device | str = "c
         state["t2d"] = t2d_from_d2t(state["d2t"], config.vocab_size)
     state["t2d"] = state["t2d"].to(torch.bool)
     check_eagle3(config, state, target.config if target is not None else None)
-    notes = _reuse_target_embedding(state, target) if target is not None else []
+    notes = reuse_target_embedding(state, target) if target is not None else []
     if "lm_head.weight" not in state and raw.get("lm_head_from_target"):
         notes.append(_target_lm_head(state, config, target, folder))
     head = Eagle3Head(config, with_embedding="embed_tokens.weight" in state)

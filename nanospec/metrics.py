@@ -6,7 +6,11 @@ The functions take plain per-step values (ints, flags), so a list of `StepEvent`
 events frame (`events_to_frame`) feed them alike.
 
 - **τ (tau)**: tokens emitted per target forward, averaged over decode steps (the bonus token
-  counts, so plain decoding has τ = 1).
+  counts, so plain decoding has τ = 1). Several runs pool their decode steps (`tau` of the
+  concatenation); `mean_tau` is the mean of per-prompt τ, where each prompt should weigh the same
+  (per-category rows, the held-out evaluation).
+- **tokens/s**: tokens emitted (prefill's included) over the run's wall time; **mean active size**:
+  rows the drafter scored, averaged over decode steps (pooled like τ).
 - **coverage**: share of target-emitted tokens that were in the active set when the tree was
   drafted. An accepted token the head drafted was in the set by construction; one the copy chain
   copied from the context may not be (a static set), so steps pass how many accepted tokens were
@@ -17,7 +21,14 @@ events frame (`events_to_frame`) feed them alike.
   first over the time after prefill, and the prefill's own time (tokens/s counts the whole run).
 - **identical to ar**: a greedy run's output equals autoregressive decoding's, token for token;
   undefined (None) when sampling, where only the distribution must match.
-- **token origins**: which source supplied each emitted token (see `ORIGINS`).
+- **empty runs**: a mean or rate over nothing -- τ, mean active size or per-step times of a run
+  without a decode step, tokens/s without measured time, any of them over no runs -- is NaN
+  (undefined; never a made-up 0 or 1; tables print it as "-"); coverage with no drafted step is
+  None; counts are 0.
+- **acceptance by depth**: per depth d, the decode steps that accepted at least d drafted tokens
+  (`accepted_depth_counts`); over all steps, the acceptance rate at each draft position.
+- **token origins**: which source supplied each emitted token, one of `ORIGINS` (head, copy, both,
+  bonus, vocab_miss); `event_origins(event)` gives them for a `StepEvent`.
 """
 
 from __future__ import annotations
@@ -26,15 +37,20 @@ import math
 from collections.abc import Iterable, Sequence
 
 # -- token origins ---------------------------------------------------------------------------
-# Where each emitted token came from. An accepted drafted token carries the name of the drafter
-# that proposed it (`ORIGIN_HEAD` for the draft head; a drafter with another source, e.g. a
-# context-copy chain, adds its own name to `ORIGINS` and passes it as `accepted_origins`); the
-# token after the accepted path is the target's own (`ORIGIN_BONUS`), or `ORIGIN_VOCAB_MISS` when
-# the drafter could not have proposed it because it was outside the active set.
+# The one vocabulary of where an emitted token came from. An accepted draft token's origin is the
+# source of its tree node (`StepEvent.tree_sources`, `copy_branch.SOURCE_NAMES` less root / pad):
+# the draft head, the context-copy chain, or both (the head drafted what the chain proposed). The
+# token after the accepted path is the target's own: `ORIGIN_BONUS`, or `ORIGIN_VOCAB_MISS` when it
+# was outside the active set when the tree was drafted (the step's `coverage` is False; every
+# `miss_kind == "vocab"` step is one, and so is a path that ended at a leaf on such a token), so the
+# drafter could not have proposed it. Prefill and autoregressive steps emit bonus tokens only.
 ORIGIN_HEAD = "head"
+ORIGIN_COPY = "copy"
+ORIGIN_BOTH = "both"
 ORIGIN_BONUS = "bonus"
 ORIGIN_VOCAB_MISS = "vocab_miss"
-ORIGINS: tuple[str, ...] = (ORIGIN_HEAD, ORIGIN_BONUS, ORIGIN_VOCAB_MISS)
+DRAFT_ORIGINS: tuple[str, ...] = (ORIGIN_HEAD, ORIGIN_COPY, ORIGIN_BOTH)  # accepted draft tokens
+ORIGINS: tuple[str, ...] = (*DRAFT_ORIGINS, ORIGIN_BONUS, ORIGIN_VOCAB_MISS)
 
 
 def as_flag(value) -> bool | None:
@@ -42,6 +58,13 @@ def as_flag(value) -> bool | None:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     return bool(value)
+
+
+def accepted_origins(accepted_path: Sequence[int], tree_sources: Sequence[str]) -> list[str]:
+    """Origin (one of `DRAFT_ORIGINS`) of each accepted draft token: its node's source, for the nodes
+    of `accepted_path` after the root; `ORIGIN_HEAD` when `tree_sources` lacks it (traces saved
+    before the copy branch existed)."""
+    return [tree_sources[i] if i < len(tree_sources) else ORIGIN_HEAD for i in list(accepted_path)[1:]]
 
 
 def step_origins(n_accepted: int, n_emitted: int, coverage, accepted_origins: Sequence[str] | None = None
@@ -55,18 +78,54 @@ def step_origins(n_accepted: int, n_emitted: int, coverage, accepted_origins: Se
     return (drafted + [bonus])[:n_emitted]
 
 
-def token_origins(n_accepted: Iterable[int], n_emitted: Iterable[int], coverage: Iterable) -> list[str]:
-    """`step_origins` of every step, concatenated in order (one entry per emitted token)."""
+def event_origins(event) -> list[str]:
+    """Origin (one of `ORIGINS`) of each token in a `StepEvent`'s `tokens`, in order: accepted draft
+    tokens by their node's source (head / copy / both), then the bonus token (bonus, or vocab_miss
+    when the step's `coverage` is False). A step cut at EOS or at the token budget has fewer."""
+    return step_origins(len(event.accepted_tokens), len(event.tokens), event.coverage,
+                        accepted_origins(event.accepted_path, event.tree_sources))
+
+
+def token_origins(n_accepted: Iterable[int], n_emitted: Iterable[int], coverage: Iterable,
+                  accepted: Iterable[Sequence[str]] | None = None) -> list[str]:
+    """`step_origins` of every step, concatenated in order (one entry per emitted token); `accepted`:
+    each step's `accepted_origins` (default: every accepted token `ORIGIN_HEAD`)."""
     out: list[str] = []
-    for acc, emitted, cov in zip(n_accepted, n_emitted, coverage):
-        out.extend(step_origins(int(acc), int(emitted), cov))
+    n_accepted = list(n_accepted)
+    per_step = [None] * len(n_accepted) if accepted is None else list(accepted)
+    for acc, emitted, cov, drafted in zip(n_accepted, n_emitted, coverage, per_step):
+        out.extend(step_origins(int(acc), int(emitted), cov, drafted))
     return out
 
 
-# -- tau --------------------------------------------------------------------------------------
-def tau(emitted_per_step: Sequence[int]) -> float:
-    """Mean tokens emitted per decode step (per target forward); NaN when there are no steps."""
-    return sum(emitted_per_step) / len(emitted_per_step) if len(emitted_per_step) else math.nan
+# -- means, tau, tokens/s, active size --------------------------------------------------------
+def mean(values: Iterable[float]) -> float:
+    """Arithmetic mean; NaN for no values (the module's convention for an empty run)."""
+    values = list(values)
+    return sum(values) / len(values) if values else math.nan
+
+
+def tau(emitted_per_step: Iterable[int]) -> float:
+    """Mean tokens emitted per decode step (per target forward), pooled over every step passed (one
+    run's, or several runs' concatenated); NaN when there are no decode steps."""
+    return mean(emitted_per_step)
+
+
+def mean_tau(per_run_tau: Iterable[float]) -> float:
+    """Mean of per-run (per-prompt) τ, each run weighing the same whatever its length; runs without
+    a decode step (τ NaN) are left out; NaN when none is left."""
+    return mean(t for t in per_run_tau if t is not None and not math.isnan(t))
+
+
+def tokens_per_s(new_tokens: int, wall_s: float) -> float:
+    """Tokens emitted (prefill's included) per second of the whole run; NaN when no time was measured."""
+    return new_tokens / wall_s if wall_s > 0 else math.nan
+
+
+def mean_active(active_per_step: Iterable[int]) -> float:
+    """Mean active size (rows the drafter scored) per decode step, pooled over every step passed;
+    NaN when there are no decode steps."""
+    return mean(active_per_step)
 
 
 # -- coverage ---------------------------------------------------------------------------------
@@ -121,3 +180,12 @@ def decode_tokens_per_s(new_tokens: int, wall_s: float, prefill_s: float) -> flo
     NaN when nothing was decoded."""
     decode_s = wall_s - prefill_s
     return (new_tokens - 1) / decode_s if new_tokens > 1 and decode_s > 0 else math.nan
+
+
+def accepted_depth_counts(accepted_per_step: Iterable[int], max_depth: int | None = None) -> list[int]:
+    """The per-depth acceptance histogram serving engines report: entry d (d = 1, 2, ...) is how many
+    decode steps accepted a draft at depth d, i.e. at least d drafted tokens (entry 0: all steps).
+    Divided by entry 0 it is the acceptance rate by position."""
+    steps = list(accepted_per_step)
+    top = max(steps, default=0) if max_depth is None else max_depth
+    return [sum(n >= d for n in steps) for d in range(top + 1)]

@@ -9,7 +9,7 @@ import torch
 
 PHASES = (
     "draft_layers", "lm_head", "gather_wait", "topk", "copy_lookup", "tree_build",
-    "verify_forward", "accept", "kv_compact", "vocab_update",
+    "verify_forward", "accept", "kv_compact", "vocab_update", "budget",
 )
 DRAFT_PHASES = ("draft_layers", "lm_head", "gather_wait", "topk", "copy_lookup")
 

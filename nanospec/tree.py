@@ -20,6 +20,7 @@ class DraftTree:
     in_active: torch.Tensor  # [T] bool, token was in the drafter's active set when drafted
     sources: torch.Tensor | None = None  # [T] long, copy_branch.ROOT/HEAD/COPY/BOTH/PAD; None = root + head
     ancestors: torch.Tensor | None = None  # [T, T] bool, ancestor_mask(parents); made once per tree
+    enabled: torch.Tensor | None = None  # [T] bool, nodes the draft budget kept (fixed shape); None = all
 
     def __post_init__(self) -> None:
         # the verification mask, the copy chain's merge and acceptance all read it: build it once

@@ -33,6 +33,8 @@ class Acceptance:
     tree: HostTree
     keep: torch.Tensor      # [len(path)] long, the path's nodes on the device (KV compaction, drafter update)
     bonus_dev: torch.Tensor  # [1] long, the bonus token on the device (the next step's root)
+    proposal: object = None  # the vocabulary's Ext proposal (vocab.Proposal), committed after compaction
+    extra: list = field(default_factory=list)  # the caller's `extra` values, read in the same transfer
 
 
 @dataclass

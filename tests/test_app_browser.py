@@ -7,10 +7,13 @@ Needs Debian's `chromium` (/usr/bin/chromium) and `pip install playwright` (no `
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+
+from nanospec.events import load_trace
 
 pytestmark = pytest.mark.browser
 
@@ -87,7 +90,41 @@ def test_live_run_renders_tree_and_breakdown(page_url, browser):
     assert page.locator("#tree-plot .js-plotly-plot .point").count() >= 2  # root + bonus at least
     assert "tokens/s" in page.locator("#kpis").inner_text()
     assert page.locator("#answer").inner_text().strip()
+    # the answer reads as the decoded output: the same text, not chips (the trace's text is the engine's decoding)
+    with page.expect_download() as download:
+        page.locator("#json-btn").click()
+    _, summary, _ = load_trace(download.value.path().rename(download.value.path().with_suffix(".json")))
+    assert summary.text.strip()
+    assert page.locator("#answer-text").text_content() == summary.text
+    assert page.locator("#answer-text").inner_text().strip() == summary.text.strip()
     page.screenshot(path=str(ARTIFACTS / "app_live.png"), full_page=True)
+    page.close()
+
+
+def _tree_title_step(page) -> int:
+    """The step in the tree chart's title (its first line: 'Draft tree of step N')."""
+    first_line = page.locator("#tree-plot .gtitle .line").first
+    text = first_line.text_content() if first_line.count() else page.locator("#tree-plot .gtitle").text_content()
+    found = re.search(r"Draft tree of step (\d+)", text or "")
+    assert found, f"no step in the tree's title {text!r}"
+    return int(found.group(1))
+
+
+def test_after_stop_the_tree_and_the_step_slider_agree(page_url, browser):
+    page = _open(browser, page_url)
+    _pick_example(page, "code:")  # a long answer: Stop comes before its end
+    _set_slider(page, "max-new-tokens", 200)
+    page.locator("#run-btn").click()
+    page.locator("#tree-plot .js-plotly-plot").first.wait_for(state="visible", timeout=300_000)
+    page.locator("#stop-btn").click()
+    page.locator("#stop-note").wait_for(timeout=60_000)  # the page says the run was stopped
+    page.locator("#json-btn:not([disabled])").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)  # anything still in flight would land now
+    value = int(page.locator("#step-slider input[type=number]").input_value())
+    maximum = int(page.locator("#step-slider input[type=range]").get_attribute("max"))
+    assert _tree_title_step(page) == value == maximum
+    assert f"Stopped at step {value}" in page.locator("#stop-note").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "app_live_stopped.png"), full_page=True)
     page.close()
 
 

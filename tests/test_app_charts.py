@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import math
 
 import pytest
@@ -10,6 +12,7 @@ from app import charts
 from app.callbacks import compare_table, compare_verdict, display_table
 from app.inputs import example_prompts, generation_options, parse_prompt
 from app.trace import RunView, TokenDecoder, load_view, save_downloads
+from nanospec import metrics
 from nanospec.events import StepEvent, events_to_frame, load_trace, summarize
 from nanospec.data.prompts import CATEGORIES
 from nanospec.timing import PHASES
@@ -61,7 +64,38 @@ def test_token_origins_and_answer_spans(frame):
                                            charts.VOCAB_MISS]
     spans = charts.answer_spans(frame, ["a", "b", "", "d", "e"])
     assert spans == [("a", charts.BONUS), ("b", charts.ACCEPTED), ("d", charts.BONUS), ("e", charts.VOCAB_MISS)]
-    assert set(charts.ORIGIN_COLORS) == {charts.ACCEPTED, charts.BONUS, charts.VOCAB_MISS}
+    assert set(charts.ORIGIN_COLORS) == set(charts.ORIGIN_LABELS.values())
+    assert set(charts.ORIGIN_LABELS) == set(metrics.ORIGINS)  # every origin the engine names has a colour
+
+
+def test_origins_tell_the_copy_chain_from_the_head():
+    events = make_events()
+    events[1].tree_sources = ["root", "copy", "head", "both", "head"]  # path 0-1-3: copy, then both
+    frame = events_to_frame(events)
+    assert charts.token_origins(frame) == [charts.BONUS, charts.COPIED, charts.BOTH, charts.BONUS, charts.VOCAB_MISS]
+    view = RunView()
+    decoder = TokenDecoder(None)
+    for event in events:
+        view.add(event, decoder)
+    assert view.origins == charts.token_origins(frame)  # the live view and the frame agree
+    assert len(set(charts.ORIGIN_COLORS[o] for o in view.origins)) == 4  # four origins, four colours
+
+
+def test_answer_is_readable_text_with_origins_underlined():
+    pieces = ["Je", " su", "is", " ", "dé", "j", "à", "\n", "<b>ok</b>", "", "<|im_end|>"]
+    origins = [charts.BONUS, charts.ACCEPTED, charts.COPIED, charts.BOTH, charts.BONUS, charts.VOCAB_MISS,
+               charts.ACCEPTED, charts.ACCEPTED, charts.BONUS, charts.BONUS, charts.ACCEPTED]
+    special = [False] * 10 + [True]
+    shown = charts.answer_html(pieces, origins, special)
+    # the text is the pieces run together, whitespace kept, markup escaped; the special token is not in it
+    assert charts.answer_tokens(shown) == pieces[:9]
+    assert "".join(charts.answer_tokens(shown)) == "Je suis déjà\n<b>ok</b>"
+    assert "&lt;b&gt;ok&lt;/b&gt;" in shown and "<b>ok</b>" not in shown
+    assert "ended with &lt;|im_end|&gt;" in shown
+    for label in (charts.ACCEPTED, charts.COPIED, charts.BOTH, charts.BONUS, charts.VOCAB_MISS):
+        assert f'--c:{charts.ORIGIN_COLORS[label]}" title="{html.escape(label)}"' in shown  # colour and hover per origin
+    assert "white-space: pre-wrap" in charts.ANSWER_CSS
+    assert "no text yet" in charts.answer_html([], [])
 
 
 def test_kpis_match_engine_summary(frame):
@@ -87,17 +121,44 @@ def test_kpis_match_engine_summary(frame):
 def test_vocab_figure(frame):
     fig = charts.vocab_figure(frame)
     assert list(_trace(fig, "active set").y) == [40, 40, 46]
-    assert list(_trace(fig, "ids added").y) == [40, 6, 3]
+    added = _trace(fig, "ids added per step (prefill: 40, not drawn)")  # the prompt's ids: named, not a bar
+    assert list(added.x) == [1, 2] and list(added.y) == [6, 3]
+    assert fig.layout.yaxis2.range[1] >= 2 * 6  # the bars stay in the lower half, under the log curves
     assert list(_trace(fig, f"full vocabulary V = {V:,}").y) == [V] * 3
     assert fig.layout.yaxis.type == "log"
 
 
+def test_step_axes_have_integer_ticks():
+    short = charts.step_axis([0, 1, 2], "step")
+    assert short["dtick"] == 1 and short["tickformat"] == "d" and short["tickmode"] == "linear"
+    assert charts.step_axis(list(range(0, 95)), "step")["dtick"] == 10  # about ten ticks, still integers
+    for builder in (charts.vocab_figure, charts.coverage_figure, charts.phase_figure):
+        axis = builder(events_to_frame(make_events())).layout.xaxis
+        assert axis.dtick == 1 and axis.tickformat == "d"
+
+
 def test_coverage_figure(frame):
     fig = charts.coverage_figure(frame)
-    assert list(_trace(fig, "vocab miss (token outside the active set)").x) == [1, 2]
-    assert list(_trace(fig, "vocab miss (token outside the active set)").y) == [0, 1]
-    assert list(_trace(fig, "draft miss (in the set, ranked too low)").y) == [0, 0]
-    assert list(_trace(fig, "running coverage %").y) == pytest.approx([100.0, 75.0])
+    vocab = _trace(fig, "vocab misses")
+    assert list(vocab.x) == [1, 2] and list(vocab.y) == [0, 1]  # misses so far, not a 0/1 bar per step
+    assert list(_trace(fig, "draft misses").y) == [0, 0]
+    assert list(_trace(fig, "coverage %").y) == pytest.approx([100.0, 75.0])
+    events = make_events() + [dataclasses.replace(make_events()[2], step=s) for s in (3, 4)]
+    counts = _trace(charts.coverage_figure(events_to_frame(events)), "vocab misses")
+    assert list(counts.y) == [0, 1, 2, 3]
+
+
+def test_chart_coverage_equals_the_kpi_card_with_a_copied_token_outside_the_set():
+    """The coverage chart's last value is the KPI card's, also when the copy chain accepted a token that
+    was outside the active set (which `summarize` counts as outside)."""
+    events = make_events()
+    events[1].tree_sources = ["root", "head", "head", "copy", "head"]
+    events[1].tree_in_active[3] = False  # the copied, accepted token 13 was not in the active set
+    frame = events_to_frame(events)
+    card = charts.kpi_from_summary(summarize(events, "nanospec", 1.0, "eos"))["coverage"]
+    assert card == pytest.approx(0.5)
+    assert charts.running_coverage(frame)[-1] == pytest.approx(100 * card)
+    assert list(_trace(charts.coverage_figure(frame), "coverage %").y)[-1] == pytest.approx(100 * card)
 
 
 def test_phase_figure(frame):
@@ -131,7 +192,37 @@ def test_tree_figure_defaults_to_latest_step_and_marks_vocab_miss(frame):
     assert "VOCAB MISS" in bonus.hovertext[0]
     assert bonus.marker.color == charts.ORIGIN_COLORS[charts.VOCAB_MISS]
     assert len(_trace(fig, "accepted").x) == 0
-    assert "⟨16⟩" in charts.tree_figure(frame, 2, None).data[2].text  # no token text: ids shown
+    assert "⟨16⟩" in _trace(charts.tree_figure(frame, 2, None), "drafted (rejected)").text  # no text: ids shown
+
+
+def test_tree_shows_what_the_run_kept_when_the_answer_ends_inside_a_step(frame):
+    """Verification accepted 0-1-3 and a bonus, but the answer ended (EOS) at token 11: 13 and the bonus
+    were never output, so they are not drawn as accepted, and the title says what was kept."""
+    cut = frame.copy()
+    cut.at[1, "tokens"] = [11]
+    fig = charts.tree_figure(cut, 1, TEXT)
+    assert list(_trace(fig, "accepted").text) == ["w11"]
+    assert list(_trace(fig, "not kept (after the answer's end)").text) == ["w13", "w15"]
+    assert len(_trace(fig, "bonus").x) == 0
+    assert "2 accepted, 1 kept: the answer ended at w11" in fig.layout.title.text
+    assert "+ bonus" not in fig.layout.title.text
+    assert sum(v is None for v in _trace(fig, "accepted path").x) == 1  # root -> 11 only
+    assert sum(v is None for v in _trace(fig, "not kept").x) == 2        # 11 -> 13 -> bonus, dotted
+    assert "NOT KEPT" in _trace(fig, "not kept (after the answer's end)").hovertext[0]
+    whole = charts.tree_figure(frame, 1, TEXT)
+    assert "2 accepted + bonus" in whole.layout.title.text
+    assert not [t for t in whole.data if t.name.startswith("not kept (")]
+
+
+def test_tree_labels_sit_off_the_edges_and_the_legend_stays_short(frame):
+    fig = charts.tree_figure(frame, 1, TEXT)
+    labelled = [t for t in fig.data if t.mode == "markers+text"]
+    assert labelled and all(t.textposition == "top center" for t in labelled)  # not along the edge to the right
+    assert [t.name for t in fig.data if t.showlegend is not False] == ["drafted (rejected)", "accepted", "root",
+                                                                        "bonus"]
+    title = fig.layout.title
+    assert title.yref == "container" and title.pad.t >= charts.MODEBAR_PX  # below the toolbar's band
+    assert fig.layout.margin.t >= charts.MODEBAR_PX + 40
 
 
 def test_tree_figure_and_kpis_mark_the_copy_chain():
@@ -174,7 +265,7 @@ def test_empty_and_autoregressive_frames():
     frame = events_to_frame(ar)
     assert charts.kpi_from_summary(summarize(ar, "ar", 1.0, "max_new_tokens"))["coverage"] is None
     assert charts.vocab_figure(frame).layout.annotations
-    assert len(charts.tree_figure(frame).data) == 6
+    assert len(charts.tree_figure(frame).data) == 7  # 3 edge kinds, rejected, accepted, root, bonus
 
 
 def test_compare_table_figure_and_verdict():
@@ -301,3 +392,18 @@ def test_page_shows_head_paths_without_machine_folders(tmp_path):
     assert _short_path(str(root / "assets" / "heads" / "h")) == str(Path("assets") / "heads" / "h")
     assert _short_path(str(tmp_path / "my-head")) == "my-head"
     assert _short_path("yuhuili/EAGLE-LLaMA3.2-Instruct-1B") == "yuhuili/EAGLE-LLaMA3.2-Instruct-1B"
+
+
+def test_compare_tab_flags_speeds_it_cannot_trust():
+    from app.callbacks import compare_trust
+
+    events = make_events()
+    ar = summarize([StepEvent(**{**e.to_dict(), "method": "ar"}) for e in events], "ar", 1.0, "eos")
+    fast = summarize(events, "nanospec", 1.0 / 24.3, "eos")  # 24.3x ar with τ 2.0: impossible
+    table = compare_table({"ar": ar, "nanospec": fast}, greedy=True)
+    assert table["speedup"].iloc[1] == pytest.approx(24.3)
+    warning = compare_trust(table, {"ar": 0.95, "nanospec": 0.95})
+    assert "Do not read these speeds as findings" in warning and "exceeds its τ 2.00" in warning
+    assert "busy" in compare_trust(table.iloc[[0]], {"ar": 0.3})
+    plausible = compare_table({"ar": ar, "nanospec": summarize(events, "nanospec", 1.0 / 1.8, "eos")}, greedy=True)
+    assert compare_trust(plausible, {"ar": 0.95, "nanospec": 0.9}) == ""

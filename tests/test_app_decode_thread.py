@@ -121,3 +121,61 @@ def test_a_failed_load_becomes_a_page_error_and_the_next_call_retries():
         explorer._engine(lambda *a, **k: None)
     assert explorer._engine(lambda *a, **k: None)[0] is not None
     assert calls == ["nanospec-decode", "nanospec-decode"]
+
+
+def test_the_first_run_says_at_once_that_the_model_is_loading():
+    """While the model loads (tens of seconds on a slow machine) the Live tab shows a status line where the
+    KPIs go, next to the Run button, updated about every half second; then the run streams as usual."""
+    from app.callbacks import LIVE_OUTPUTS
+
+    tiny = tiny_loader()
+
+    def slow(progress):
+        time.sleep(1.6)
+        progress("converting the weights", 0.5)
+        return tiny(progress)
+
+    explorer = Explorer(EngineProvider(slow))
+    run = explorer.run_live("the draft tree", "nanospec", 4, 2, 2, 4, 0.0, 1.0, 0, 3072, 0,
+                            progress=lambda *a, **k: None)
+    kpis = [dict(zip(LIVE_OUTPUTS, out))["kpis"] for out in run]
+    notes = [k for k in kpis if 'id="loading-note"' in k]
+    assert len(notes) >= 2 and "Loading the model" in notes[0]
+    assert notes == kpis[:len(notes)]  # before any step
+    assert "tokens/s" in kpis[-1]  # then the run itself
+    again = explorer.run_live("the draft tree", "nanospec", 4, 2, 2, 4, 0.0, 1.0, 0, 3072, 0,
+                              progress=lambda *a, **k: None)
+    assert not any('id="loading-note"' in dict(zip(LIVE_OUTPUTS, out))["kpis"] for out in again)
+
+
+def test_stop_withdraws_a_run_that_waits_in_the_queue_and_ends_a_running_one_after_its_step():
+    """Stop reaches the run of its own page only: before the run starts (Run clicked, waiting its turn)
+    it withdraws it; while it runs, the run ends after its current step and sends its last values."""
+    from types import SimpleNamespace
+
+    from app.callbacks import LIVE_OUTPUTS
+
+    explorer = Explorer(EngineProvider(tiny_loader()))
+    mine, other = SimpleNamespace(session_hash="mine"), SimpleNamespace(session_hash="other")
+    args = ("the draft tree", "nanospec", 400, 2, 2, 4, 0.0, 1.0, 0, 3072, 0)
+    quiet = dict(progress=lambda *a, **k: None)
+    explorer.run_requested(mine)
+    explorer.run_requested(other)
+    assert all(isinstance(v, type(gr.skip())) for v in explorer.after_stop(None, mine))  # nothing to show yet
+    withdrawn = list(explorer.run_live(*args, **quiet, request=mine))
+    assert len(withdrawn) == 1 and explorer.provider.loaded is None  # it never ran: the model did not even load
+    running = explorer.run_live(*args, **quiet, request=other)  # the other page's run is not withdrawn
+    rest: list = []
+    consumer = threading.Thread(target=lambda: rest.extend(running))  # as Gradio consumes it, on its own thread
+    consumer.start()
+    deadline = time.monotonic() + 60
+    while len(rest) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    stopped = explorer.after_stop(None, other)
+    assert time.monotonic() - t0 < 10  # Stop waited for one step, not for its time-out
+    consumer.join(30)
+    final = dict(zip(LIVE_OUTPUTS, rest[-1]))
+    assert final["view"].stopped and final["view"].summary.stop_reason == "stopped"
+    assert final["view"].last_step < 50 and 'id="stop-note"' in final["kpis"]
+    assert dict(zip(LIVE_OUTPUTS, stopped))["answer"] == final["answer"]

@@ -24,6 +24,7 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
 from gradio_client.utils import Status  # noqa: E402
 
+from app.charts import answer_tokens  # noqa: E402
 from app.decoding import StepPump  # noqa: E402
 from app.devtools import tiny_loader  # noqa: E402
 from app.inputs import DEFAULTS  # noqa: E402
@@ -58,20 +59,19 @@ class StepLog:
 
     def __call__(self, progress=None):
         engine, info = self._loader(progress)
-        stream, spec_step, ar_step = engine.stream, engine._spec_step, engine._ar_step
+        stream, slow_step = engine.stream, engine.before_step
 
         def named_stream(prompt_value, *args, **kwargs):
             text = prompt_value if isinstance(prompt_value, str) else json.dumps(prompt_value)
             self.current = text.split()[0]
             return stream(prompt_value, *args, **kwargs)
 
-        def logged(step_fn):
-            def step(*args, **kwargs):
-                self.entries.append(("step", self.current, time.monotonic()))
-                return step_fn(*args, **kwargs)
-            return step
+        def logged_step(step: int, method: str) -> None:  # the engine's public hook, before every decode step
+            if slow_step is not None:
+                slow_step(step, method)
+            self.entries.append(("step", self.current, time.monotonic()))
 
-        engine.stream, engine._spec_step, engine._ar_step = named_stream, logged(spec_step), logged(ar_step)
+        engine.stream, engine.before_step = named_stream, logged_step
         return engine, info
 
     def mark(self) -> int:
@@ -147,7 +147,7 @@ def place_in_line(job, name: str, log: StepLog, since: int) -> tuple[int, int]:
 
 
 def text_of(answer) -> str:
-    return "".join(span["token"] for span in answer)
+    return "".join(answer_tokens(answer))
 
 
 def path_of(value) -> str:
@@ -192,7 +192,7 @@ def test_runs_take_turns_and_waiting_visitors_are_shown_their_place(served):
     # one run at a time, first come first served: no step of one run between the steps of another
     assert log.runs(since) == ["alpha", "bravo", "charlie"]
     for name, max_new in (("alpha", 200), ("bravo", 60), ("charlie", 10)):
-        assert sum(1 for s in results[name][0] if s["token"]) == max_new
+        assert len(answer_tokens(results[name][0])) == max_new
 
 
 # -- each visitor gets their own run ---------------------------------------------------------------
@@ -258,7 +258,7 @@ def test_stop_in_one_tab_stops_only_that_run(served):
     assert log.runs(since) == ["foxtrot", "golf"]
     assert 0 <= log.steps_after_stop("foxtrot", since) <= 1  # foxtrot's run ended within one step of Stop
     assert log.steps(since).count("foxtrot") < 400
-    assert 0 < sum(1 for s in partial[0] if s["token"]) < 400  # foxtrot sees its partial answer
+    assert 0 < len(answer_tokens(partial[0])) < 400  # foxtrot sees its partial answer
 
     # hotel decodes, india waits and presses Stop before its turn: hotel runs to the end, india never runs
     hotel, india = clients(url, 2)

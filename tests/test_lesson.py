@@ -98,10 +98,66 @@ def test_figures_highlight_the_current_step(shipped):
 
 
 def test_presenter_figures_use_larger_fonts(shipped):
+    from app.lesson import figures
+
     pid = shipped.prompt_ids[0]
     small = lc.chapter_figure(shipped, 3, pid, 1)
     large = lc.chapter_figure(shipped, 3, pid, 1, presenter=True)
     assert large.layout.font.size > small.layout.font.size
+    # presenter text grows with the page it fills: >= 18 px on a 1080 px projector, smaller on 720 px
+    assert figures.text_size(True, 1080) >= 18 > figures.text_size(True, 720) > figures.text_size(False, 1080)
+
+
+def _figure_text_sizes(fig) -> list[tuple[str, float]]:
+    """(what, px) for every text a figure sets: title, legend, annotations, axis titles and ticks, trace text."""
+    layout = fig.layout
+    sizes = [("title", layout.title.font.size), ("legend", layout.legend.font.size)]
+    sizes += [(f"annotation {a.text[:20]!r}", a.font.size) for a in layout.annotations]
+    for name in dir(layout):
+        if name.startswith(("xaxis", "yaxis")) and getattr(layout, name, None) is not None:
+            axis = getattr(layout, name)
+            sizes += [(f"{name} ticks", axis.tickfont.size), (f"{name} title", axis.title.font.size)]
+    sizes += [(f"{t.type} text", t.textfont.size) for t in fig.data if getattr(t, "text", None) is not None]
+    return sizes
+
+
+@pytest.mark.parametrize("number", range(1, len(lc.CHAPTERS) + 1))
+def test_presenter_mode_reaches_every_text_of_every_chart(shipped, number):
+    from app.lesson import figures
+
+    pid = shipped.prompt_ids[0]
+    step = lc.start_step(shipped, number, pid)
+    want = figures.text_size(True, 1080)
+    fig = lc.chapter_figure(shipped, number, pid, step, presenter=True, height=800, screen=1080)
+    small = [(what, size) for what, size in _figure_text_sizes(fig) if size is None or size < want]
+    assert not small, f"chapter {number}: text left at its desk size in presenter mode: {small}"
+
+
+def test_lesson_glyphs_exist_in_the_installed_fonts(shipped):
+    """Every character the lesson writes itself (texts, buttons, chart labels; not the model's tokens) is
+    drawn by some installed font: no empty boxes such as Debian's for ✋ and ⏸."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("fc-list") or "DejaVu Sans" not in subprocess.run(
+            ["fc-list", ":", "family"], capture_output=True, text=True).stdout:
+        pytest.skip("needs fontconfig and the DejaVu fonts (Debian's defaults)")
+    from app.lesson import callbacks, chapters, figures, narration, style
+
+    pid = shipped.prompt_ids[0]
+    strings = [callbacks.PLAY, callbacks.PAUSE, style.CSS, open(lesson_tab.__file__, encoding="utf-8").read()]
+    for number in range(1, len(lc.CHAPTERS) + 1):
+        step = lc.start_step(shipped, number, pid)
+        c = lc.chapter(number)
+        strings += [c.title, c.idea, chapters.predict_text(shipped, number, pid),
+                    narration.provenance(shipped, lc.chapter_run(shipped, number, pid))]
+        fig = lc.chapter_figure(shipped, number, pid, step)
+        strings += [fig.layout.title.text or "", *(a.text or "" for a in fig.layout.annotations)]
+    strings.append(figures.predict_figure().layout.annotations[0].text)
+    wide = sorted({ch for text in strings for ch in text if ord(ch) > 0x2000 and not 0xFE00 <= ord(ch) <= 0xFE0F})
+    missing = [ch for ch in wide if not subprocess.run(["fc-list", f":charset={ord(ch):x}", "family"],
+                                                       capture_output=True, text=True).stdout.strip()]
+    assert not missing, f"no installed font draws {missing}: use a common glyph or a word"
 
 
 def test_locality_categories():

@@ -1,6 +1,7 @@
 """Headless Chromium walk through the Lesson tab: every chapter via "Next chapter", one screenshot each;
-every chapter at 1280×720 and 1920×1080 in lesson-first mode (title, chart and step buttons on one
-screen); the race.
+the whole app opened by a chapter link at 1280×720 (presenter mode off and on) and by a presenter link
+at 1920×1080: every chapter's heading, chart, step buttons and "Try it live" on the first screen, no
+two chart labels overlapping or cut; presenter type measured (page text and the chart's SVG text); the race.
 
 Screenshots go to artifacts/lesson/ (gitignored). Needs Python `playwright` and a Chromium binary at
 /usr/bin/chromium (or $NANOSPEC_CHROMIUM); skipped otherwise. Never runs `playwright install`.
@@ -51,6 +52,24 @@ def lesson_url():
         demo.close()
 
 
+def _never_load(*args, **kwargs):
+    raise AssertionError("the lesson must never load a model")
+
+
+@pytest.fixture(scope="module")
+def app_url(lesson_url):
+    """The whole app (Live tab, Compare, Lesson with "Try it live"), on a loader that refuses to load."""
+    from app.ui import build_app
+
+    demo = build_app(_never_load)
+    port = _free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
@@ -88,31 +107,6 @@ def _inside(page, selector: str, height: int) -> tuple[float, float]:
     top, bottom = box["y"], box["y"] + box["height"]
     assert 0 <= top and bottom <= height + 1, f"{selector} spans {top:.0f}-{bottom:.0f} px, the screen is {height}"
     return top, bottom
-
-
-@pytest.mark.parametrize("width, height", [(1280, 720), (1920, 1080)])
-def test_every_chapter_fits_one_screen_behind_a_chapter_link(lesson_url, browser, width, height):
-    from app.lesson import CHAPTERS
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.goto(lesson_url + "?chapter=1")
-    page.wait_for_function("document.body.classList.contains('lesson-first')", timeout=15_000)
-    for c in CHAPTERS:
-        _chapter_heading(page, c.number)
-        _answer_if_asked(page)
-        _settle(page)
-        assert page.evaluate("window.scrollY") == 0
-        _inside(page, "#lesson-text h2", height)
-        _inside(page, "#lesson-plot .js-plotly-plot", height)
-        for button in ("#lesson-step-prev", "#lesson-step-next", "#lesson-play"):
-            _inside(page, button, height)
-        if c.race is not None:
-            _inside(page, "#lesson-race .race", height)
-        page.screenshot(path=str(SHOTS / f"fit-{width}x{height}-chapter-{c.number}.png"))
-        if c.number < len(CHAPTERS):
-            page.locator("#lesson-next-chapter").click()
-    page.close()
 
 
 def test_race_replays_the_recorded_runs(lesson_url, browser):
@@ -175,18 +169,127 @@ def test_step_controls_move_the_highlight(lesson_url, browser):
     page.close()
 
 
-def test_deep_link_and_presenter_mode(lesson_url, browser):
-    page = browser.new_page(viewport={"width": 1600, "height": 1000})
-    page.goto(lesson_url + "?chapter=5&presenter=1")
-    _chapter_heading(page, 5)
-    page.wait_for_function("document.querySelector('#lesson-root').classList.contains('presenter')",
-                           timeout=10_000)
-    _settle(page)
-    page.screenshot(path=str(SHOTS / "chapter-5-presenter.png"), full_page=True)
-    size = page.eval_on_selector("#lesson-text", "el => parseFloat(getComputedStyle(el).fontSize)")
+# -- lesson first and presenter mode, measured --------------------------------------------------------
+PRESENTER_TEXT_PX, PRESENTER_HEADING_PX, PRESENTER_CHART_PX = 24, 36, 18   # at 1920×1080
+
+CHART_TEXT_JS = """() => {
+  const frame = document.querySelector('#lesson-plot .main-svg').getBoundingClientRect();
+  const kind = t => t.classList.contains('gtitle') ? 'title'
+    : t.classList.contains('annotation-text') ? 'note or subplot title'
+    : t.classList.contains('legendtext') ? 'legend entry'
+    : t.classList.contains('bartext') ? 'bar label'
+    : t.closest('g[class$="tick"]') ? 'tick label'
+    : t.closest('g[class^="g-"][class$="title"]') ? 'axis title' : 'label';
+  const out = [];
+  for (const t of document.querySelectorAll('#lesson-plot svg text')) {
+    const text = (t.textContent || '').trim();
+    const r = t.getBoundingClientRect();
+    if (!text || r.width === 0 || t.closest('.hoverlayer')) continue;
+    out.push({kind: kind(t), text, size: parseFloat(getComputedStyle(t).fontSize),
+              box: [r.left, r.top, r.right, r.bottom], frame: [frame.left, frame.top, frame.right, frame.bottom]});
+  }
+  return out;
+}"""
+
+
+def _px(page, selector: str) -> float:
+    return page.eval_on_selector(selector, "el => parseFloat(getComputedStyle(el).fontSize)")
+
+
+def _chart_texts(page) -> list[dict]:
+    texts = page.evaluate(CHART_TEXT_JS)
+    assert texts, "the chart drew no text"
+    return texts
+
+
+def _labels_apart(texts: list[dict], where: str) -> None:
+    """No chart label cut by the chart's edge; no two titles, axis titles, tick labels or legend entries
+    overlapping (bar labels may sit on a grid line, not on another label)."""
+    for t in texts:
+        l, top, r, bottom = t["box"]
+        fl, ft, fr, fb = t["frame"]
+        assert l >= fl - 1 and r <= fr + 1 and top >= ft - 1 and bottom <= fb + 1, \
+            f"{where}: the {t['kind']} {t['text']!r} is cut by the chart's edge"
+    apart = [t for t in texts if t["kind"] != "label"]   # node labels (trees, chains) sit in their markers
+    for i, a in enumerate(apart):
+        for b in apart[i + 1:]:
+            ax0, ay0, ax1, ay1 = a["box"]
+            bx0, by0, bx1, by1 = b["box"]
+            overlap_x, overlap_y = min(ax1, bx1) - max(ax0, bx0), min(ay1, by1) - max(ay0, by0)
+            assert overlap_x <= 2 or overlap_y <= 2, \
+                f"{where}: the {a['kind']} {a['text']!r} and the {b['kind']} {b['text']!r} overlap"
+
+
+def _walk(page, height: int, name: str, check=None) -> None:
+    """Every chapter from the one open now, by "Next chapter": heading, chart, step buttons, the race and
+    the button the text names on the first screen; chart labels apart; `check(page, chapter)` on top."""
+    from app.lesson import CHAPTERS
+
+    for c in CHAPTERS:
+        _chapter_heading(page, c.number)
+        _answer_if_asked(page)
+        _settle(page)
+        assert page.evaluate("window.scrollY") == 0
+        _inside(page, "#lesson-text h2", height)
+        _inside(page, "#lesson-plot .js-plotly-plot", height)
+        for button in ("#lesson-step-prev", "#lesson-step-next", "#lesson-play"):
+            _inside(page, button, height)
+        if "Try it live" in c.idea:
+            _inside(page, "#lesson-try", height)
+        if c.race is not None:
+            _inside(page, "#lesson-race .race", height)
+        _labels_apart(_chart_texts(page), f"{name}, chapter {c.number}")
+        if check is not None:
+            check(page, c)
+        page.screenshot(path=str(SHOTS / f"{name}-chapter-{c.number}.png"))
+        if c.number < len(CHAPTERS):
+            page.locator("#lesson-next-chapter").click()
+
+
+@pytest.mark.parametrize("presenter", [False, True], ids=["desk", "presenter"])
+def test_every_chapter_fits_the_first_screen_at_720p(app_url, browser, presenter):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page.goto(app_url + "?chapter=1" + ("&presenter=1" if presenter else ""))
+    page.wait_for_function("document.body.classList.contains('lesson-first')", timeout=15_000)
+    assert page.evaluate("document.body.classList.contains('lesson-presenter')") is presenter
+    _walk(page, 720, f"fit-1280x720-{'presenter' if presenter else 'desk'}")
+    page.close()
+
+
+def _presenter_sizes(page, c) -> None:
+    where = f"presenter 1920x1080, chapter {c.number}"
+    assert _px(page, "#lesson-text h2") >= PRESENTER_HEADING_PX, where
+    for selector in ("#lesson-text p", "#lesson-text .prose"):
+        assert _px(page, selector) >= PRESENTER_TEXT_PX, f"{where}: {selector}"
+    assert _px(page, "#lesson-text .provenance") >= PRESENTER_CHART_PX, f"{where}: the recorded-trace note"
+    small = [t for t in _chart_texts(page) if t["size"] < PRESENTER_CHART_PX]
+    assert not small, f"{where}: chart text under {PRESENTER_CHART_PX} px: {small[:3]}"
+
+
+def test_presenter_mode_from_its_link(app_url, browser):
+    """`?presenter=1` opens the app in presenter mode, type already large: no un-tick and re-tick."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1920, "height": 1080})
+    page.goto(app_url + "?presenter=1")
+    _chapter_heading(page, 1)
+    page.wait_for_function("document.body.classList.contains('lesson-presenter')", timeout=10_000)
+    assert page.locator("#lesson-presenter input").is_checked()
+    # the first question (chapter 2) as the class reads it: large, and the colour of the text
+    page.locator("#lesson-next-chapter").click()
+    _chapter_heading(page, 2)
+    question = "#lesson-quiz [data-testid=block-info]"
+    page.locator(question).wait_for(timeout=15_000)
+    assert _px(page, question) >= PRESENTER_TEXT_PX
+    colors = page.evaluate(f"""() => [getComputedStyle(document.querySelector('{question}')).color,
+                                      getComputedStyle(document.querySelector('#lesson-text p')).color]""")
+    assert colors[0] == colors[1], f"the question is drawn in {colors[0]}, the text in {colors[1]}"
+    page.locator("#lesson-prev-chapter").click()
+    _walk(page, 1080, "presenter-1920x1080", _presenter_sizes)
+    # presenter off: back to the desk sizes, chart included
     page.locator("#lesson-presenter input").uncheck()
-    page.wait_for_function("!document.querySelector('#lesson-root').classList.contains('presenter')",
-                           timeout=10_000)
-    smaller = page.eval_on_selector("#lesson-text", "el => parseFloat(getComputedStyle(el).fontSize)")
-    assert size > smaller
+    page.wait_for_function("!document.body.classList.contains('lesson-presenter')", timeout=10_000)
+    page.wait_for_timeout(1000)
+    assert _px(page, "#lesson-text p") < PRESENTER_TEXT_PX
+    assert max(t["size"] for t in _chart_texts(page)) < PRESENTER_CHART_PX
     page.close()

@@ -49,6 +49,41 @@ def test_token_origins_per_step_and_extensible():
         metrics.step_origins(2, 3, True, accepted_origins=["copy"])
 
 
+def test_event_origins_follow_node_sources_and_the_bonus_flag():
+    prefill, step1, step2 = make_events()
+    assert metrics.event_origins(prefill) == [metrics.ORIGIN_BONUS]  # prefill / ar: the target's own token
+    assert metrics.event_origins(step1) == ["head", "head", "bonus"]  # no tree_sources (older trace): head
+    assert metrics.event_origins(step2) == ["vocab_miss"]              # coverage False, miss_kind vocab
+    # tree 0 -> 1 (copy) -> 3 (both); node 2 head; path 0-1-3, bonus in the set
+    step1.tree_sources = ["root", "copy", "head", "both", "head"]
+    assert metrics.event_origins(step1) == ["copy", "both", "bonus"]
+    step1.tokens = [11, 13]  # cut at EOS / budget before the bonus
+    assert metrics.event_origins(step1) == ["copy", "both"]
+    step1.tokens, step1.coverage = [11, 13, 15], False  # path ended at a leaf on a token outside the set
+    assert metrics.event_origins(step1) == ["copy", "both", "vocab_miss"]
+    assert set(metrics.ORIGINS) == {"head", "copy", "both", "bonus", "vocab_miss"}
+    assert all(o in metrics.ORIGINS for e in make_events() for o in metrics.event_origins(e))
+
+
+def test_event_origins_agree_with_the_run_on_a_random_pair(engine, prompts):
+    """A real run with the copy chain: accepted tokens carry their node's source, then the bonus."""
+    from tests.test_copy_branch_engine import self_repeating_prompts
+
+    seen = set()
+    for prompt in self_repeating_prompts(engine.vocab_size)[:4] + prompts[:2]:
+        out = engine.generate(prompt, method="nanospec", max_new_tokens=16, depth=3, top_k=4, total_tokens=12,
+                              copy_branch=4, capacity=64)
+        for e in out.events[:-1]:  # the last step may be cut by the budget
+            bonus = metrics.ORIGIN_VOCAB_MISS if e.coverage is False else metrics.ORIGIN_BONUS
+            assert metrics.event_origins(e) == e.accepted_sources() + [bonus]
+        origins = [o for e in out.events for o in metrics.event_origins(e)]
+        assert len(origins) == out.summary.new_tokens
+        misses = origins.count(metrics.ORIGIN_VOCAB_MISS)  # the last step's bonus may be cut
+        assert sum(e.coverage is False for e in out.events[1:-1]) <= misses <= sum(e.coverage is False for e in out.events[1:])
+        seen |= set(origins)
+    assert {metrics.ORIGIN_COPY, metrics.ORIGIN_BONUS} <= seen, "the run should exercise copied tokens"
+
+
 def test_frame_and_events_give_the_same_numbers():
     events = make_events()
     frame = events_to_frame(events)
@@ -58,3 +93,52 @@ def test_frame_and_events_give_the_same_numbers():
     assert metrics.tau(decode["n_emitted"].tolist()) == pytest.approx(summary.tau)
     origins = metrics.token_origins(frame["n_accepted"], frame["n_emitted"], frame["coverage"])
     assert len(origins) == summary.new_tokens
+
+
+def test_run_summary_and_compare_table_agree_on_one_run(engine, prompts, monkeypatch):
+    """The KPIs (`events.summarize`) and `compare`'s table give the same τ, tokens/s, mean active size
+    and coverage for the same run: both take them from `nanospec.metrics`."""
+    from nanospec.bench.compare import compare
+
+    runs = []
+    generate = engine.generate
+
+    def recording(*args, **kwargs):
+        result = generate(*args, **kwargs)
+        runs.append(result)
+        return result
+
+    monkeypatch.setattr(engine, "generate", recording)
+    table = compare(engine, [prompts[3]], ["nanospec", "static"], {"max_new_tokens": 14, "copy_branch": 3})
+    timed = runs[len(table): 2 * len(table)]  # after one warm-up generation per method (then ar once more)
+    assert len(timed) == len(table) == 3
+    for row, run in zip(table, timed):
+        s = run.summary
+        assert row["method"] == s.method and row["new_tokens"] == s.new_tokens and s.steps > 0
+        assert row["tau"] == s.tau == metrics.tau(e.n_emitted for e in run.events[1:])
+        assert row["tokens_per_s"] == s.tokens_per_s
+        assert row["coverage"] == s.coverage
+        if row["method"] != "ar":
+            assert row["mean_active"] == s.mean_active > 0 and row["active_frac"] == s.active_frac
+            assert s.coverage is not None
+    assert table[0]["tau"] == 1.0 and table[0]["coverage"] is None
+
+
+def test_empty_runs_follow_one_convention():
+    prefill_only = make_events()[:1]
+    s = summarize(prefill_only, "nanospec", 0.0, "max_new_tokens")
+    assert s.steps == 0 and s.new_tokens == 1 and s.coverage is None
+    for value in (s.tau, s.mean_active, s.tokens_per_s, s.draft_ms_per_step):
+        assert math.isnan(value)
+    for value in (metrics.tau([]), metrics.mean_tau([]), metrics.mean_tau([math.nan]), metrics.mean_active([]),
+                  metrics.tokens_per_s(5, 0.0), metrics.mean([])):
+        assert math.isnan(value)
+    assert metrics.mean_tau([2.0, math.nan, 3.0]) == 2.5  # a prompt without a decode step has no τ
+    assert metrics.tokens_per_s(6, 2.0) == 3.0 and metrics.mean_active([4, 6]) == 5.0
+
+
+def test_accepted_depth_counts():
+    from nanospec.metrics import accepted_depth_counts
+    assert accepted_depth_counts([0, 2, 1, 3, 0]) == [5, 3, 2, 1]
+    assert accepted_depth_counts([0, 1], max_depth=3) == [2, 1, 0, 0]
+    assert accepted_depth_counts([]) == [0]

@@ -30,6 +30,47 @@ def test_outside_check_prompts_are_apart_from_the_set():
     assert all(item["split"] != "outside" for item in load_prompts())   # never mixed into the set
 
 
+BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
+                    "translation", "summarization", "qa", "math_reasoning", "rag")
+
+
+def test_outside_bench_set_shape_and_schema():
+    from nanospec.data.prompts import DEFAULT_PROMPTS_PATH
+    path = DEFAULT_PROMPTS_PATH.parent / "outside_bench.jsonl"
+    raw = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(raw) == 52 and all(set(r) == {"id", "category", "split", "prompt"} for r in raw)  # plain prompts only
+    items = load_prompts(path)
+    assert len({item["id"] for item in items}) == len(items) == 52
+    assert all(item["id"].startswith("ob-") for item in items)
+    assert Counter(item["category"] for item in items) == {category: 4 for category in BENCH_CATEGORIES}
+    assert {item["split"] for item in items} == {"outside"} and len(load_prompts(path, split="outside")) == 52
+    assert all(isinstance(item["prompt"], str) and item["prompt"].strip() for item in items)
+    for item in items:
+        if item["category"] in ("summarization", "extraction", "rag"):   # each carries its own passage
+            passage = max(item["prompt"].split("\n\n"), key=len)
+            assert 80 <= len(passage.split()) <= 200, item["id"]
+        if item["category"] == "rag":
+            assert "Question:" in item["prompt"], item["id"]
+
+
+def test_outside_bench_shares_no_text_with_the_other_prompt_files():
+    from nanospec.data.prompts import DEFAULT_PROMPTS_PATH
+    folder = DEFAULT_PROMPTS_PATH.parent
+    bench = load_prompts(folder / "outside_bench.jsonl")
+
+    def pieces(item):  # the prompt (or each turn) and its lines of some length
+        texts = [item["prompt"]] if "prompt" in item else [turn["content"] for turn in item["turns"]]
+        return set(texts) | {line.strip() for text in texts for line in text.splitlines() if len(line.strip()) >= 30}
+
+    others = set()
+    for other in sorted(folder.glob("*.jsonl")):
+        if other.name != "outside_bench.jsonl":
+            others |= {piece for item in load_prompts(other) for piece in pieces(item)}
+    assert len(others) > 50  # prompts.jsonl and the outside*.jsonl files were read
+    for item in bench:
+        assert not pieces(item) & others, item["id"]
+
+
 def test_multi_turn_items_are_conversations():
     for item in load_prompts(category="multi_turn"):
         roles = [turn["role"] for turn in item["turns"]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nanospec.budget import CostCurve
 from nanospec.engine import SpecEngine
 from nanospec.kv import new_cache
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
@@ -70,28 +71,38 @@ def small_pair():
     return model, random_head(model.config, seed=5).to(DEVICE)
 
 
-@pytest.mark.parametrize("method,temperature,top_p,copy_branch,fixed_shape",
-                         [("nanospec", 1.0, 1.0, 0, False), ("full", 0.7, 0.8, 0, False),
-                          ("nanospec", 1.0, 1.0, 2, False), ("hybrid", 1.0, 1.0, 2, True)])
+@pytest.mark.parametrize("method,temperature,top_p,copy_branch,fixed_shape,budget",
+                         [("nanospec", 1.0, 1.0, 0, False, False), ("full", 0.7, 0.8, 0, False, False),
+                          ("nanospec", 1.0, 1.0, 2, False, False), ("hybrid", 1.0, 1.0, 2, True, False),
+                          ("hybrid", 1.0, 1.0, 2, True, True)])
 def test_speculative_sampling_matches_target_distribution(small_pair, method, temperature, top_p, copy_branch,
-                                                          fixed_shape):
-    """`fixed_shape`: the GPU's tree (the copy chain's unused slots verified as PAD nodes)."""
+                                                          fixed_shape, budget):
+    """`fixed_shape`: the GPU's tree (the copy chain's unused slots verified as PAD nodes).
+    `budget`: the draft budget on a made-up cost curve that makes it prune, on the fixed shape,
+    where pruned nodes stay in the tree, disabled for acceptance (on the CPU's shape a pruned tree
+    is just a smaller tree)."""
     model, head = small_pair
     prompt = [3, 9, 1, 14, 3]
     engine = SpecEngine(model, None, head, eos_token_ids=[], frequent_ids=torch.randperm(V, generator=torch.Generator().manual_seed(6)))
+    if budget:
+        engine.use_cost_curve(CostCurve([1, 2, 4, 8, 16], [10.0 + 0.5 * n for n in (1, 2, 4, 8, 16)], {}))
+    pruned = 0
     p2, p3 = exact_marginals(model, prompt, temperature, top_p)
     c2, c3 = torch.zeros(V), torch.zeros(V)
     accepted = copy_steps = copied = 0
     for seed in range(RUNS):
         r = engine.generate(prompt, method=method, max_new_tokens=3, temperature=temperature, top_p=top_p,
                             seed=seed, depth=2, top_k=3, total_tokens=6, capacity=4, copy_branch=copy_branch,
-                            fixed_shape=fixed_shape, core_size=4)
+                            fixed_shape=fixed_shape, core_size=4, budget=budget)
+        pruned += sum(e.drafted_nodes > len(e.tree_tokens) for e in r.events)
         c2[r.token_ids[1]] += 1
         c3[r.token_ids[2]] += 1
         accepted += sum(len(e.accepted_tokens) for e in r.events)
         copy_steps += sum("copy" in e.tree_sources for e in r.events)
         copied += r.summary.accepted_by_source["copy"]
     assert accepted > RUNS * 0.3, "drafts were rarely accepted: the test would not exercise rejection"
+    if budget:
+        assert pruned > RUNS * 0.1, f"the budget pruned only {pruned} trees: the test would not exercise it"
     if copy_branch:  # the copy chain's own nodes (not shared with the head's) were in the trees
         assert copy_steps > RUNS * 0.1, f"only {copy_steps} steps had a copy-chain node"
         assert copied > 0, "no copy-chain token was ever accepted"

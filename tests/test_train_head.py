@@ -14,7 +14,8 @@ from nanospec.training.open_instructions import make_open_instructions
 from nanospec.data.prompts import load_prompts, prompt_messages
 from nanospec.bench.random_pair import random_target, random_target_config
 from nanospec.training.train_head import (Sample, answer_samples, collate, head_loss, init_head_from_target, make_batches,
-                                 parse_settings, sampled_vocab, teacher_forced_samples, train, unrolled_forward)
+                                 sampled_vocab, teacher_forced_samples, train, unrolled_forward)
+from nanospec.bench.compare import parse_tree_settings
 
 VOCAB, HIDDEN = 512, 64
 
@@ -224,7 +225,7 @@ def test_open_rounds_cache_folders(tmp_path, monkeypatch):
                                                           "T", "open", 1)}) == 4
 
 
-def test_parse_settings():
-    assert parse_settings("5x8x32,4x6x24") == [(5, 8, 32), (4, 6, 24)]
+def test_parse_tree_settings():
+    assert parse_tree_settings("5x8x32,4x6x24") == [(5, 8, 32), (4, 6, 24)]
     with pytest.raises(ValueError):
-        parse_settings("5x8")
+        parse_tree_settings("5x8")

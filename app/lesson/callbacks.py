@@ -16,9 +16,10 @@ from . import figures
 from .data import RUN_LABELS, Lesson, load_lesson
 
 SPEEDS = (0.5, 4.0)  # Play speed bounds, steps per second
-CHROME_PX = 235      # tab bar, lesson bar, step controls and gaps above and below the chart (lesson-first)
+CHROME_PX = 262      # tab bar, lesson bar, step controls and gaps above and below the chart (lesson-first)
 RACE_PX = 225        # the race lanes above the chart (race chapter)
 MIN_CHART_PX = 240
+PLAY, PAUSE = "▶ Play", "Pause"   # no ⏸: Debian's fonts (and others) draw it as an empty box
 
 
 @functools.lru_cache(maxsize=1)
@@ -39,12 +40,17 @@ def _prompt(lesson: Lesson, prompt_id) -> str:
     return prompt_id if prompt_id in lesson.prompt_ids else lesson.prompt_ids[0]
 
 
+def _fit(fit) -> int:
+    """The page height the lesson may fill (px); 0 when not lesson-first or unreadable."""
+    try:
+        return max(0, int(fit or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
 def chart_height(fit, number: int = 1) -> int | None:
     """The chart's height in px when the lesson fills a page `fit` px high; None = the chart's own."""
-    try:
-        fit = int(fit or 0)
-    except (TypeError, ValueError):
-        return None
+    fit = _fit(fit)
     above = RACE_PX if lc.chapter(_clamp_chapter(number)).race else 0
     return max(MIN_CHART_PX, fit - CHROME_PX - above) if fit > 0 else None
 
@@ -61,10 +67,11 @@ def render(number, prompt_id, step, presenter, fit=0, pending=False) -> tuple:
     number, prompt_id = _clamp_chapter(number), _prompt(lesson, prompt_id)
     height = chart_height(fit, number)
     if pending and lc.chapter(number).question:
-        return (lc.predict_text(lesson, number, prompt_id), figures.predict_figure(bool(presenter), height), "")
+        size = figures.text_size(bool(presenter), _fit(fit))
+        return (lc.predict_text(lesson, number, prompt_id), figures.predict_figure(size, height), "")
     step = max(0, min(int(step or 0), lc.chapter_steps(lesson, number, prompt_id)))
     return (lc.chapter_text(lesson, number, prompt_id, step),
-            lc.chapter_figure(lesson, number, prompt_id, step, bool(presenter), height),
+            lc.chapter_figure(lesson, number, prompt_id, step, bool(presenter), height, _fit(fit)),
             lc.chapter_tokens(lesson, number, prompt_id, step))
 
 
@@ -128,7 +135,7 @@ def tick(number, prompt_id, step, presenter, fit=0) -> tuple:
     last = lc.chapter_steps(lesson, _clamp_chapter(number), _prompt(lesson, prompt_id))
     out = move(number, prompt_id, step, presenter, +1, fit)
     done = out[0] >= last
-    return (*out, gr.Timer(active=not done), gr.Button(value="▶ Play" if done else "⏸ Pause"), not done)
+    return (*out, gr.Timer(active=not done), gr.Button(value=PLAY if done else PAUSE), not done)
 
 
 def toggle_play(playing: bool, number, prompt_id, step) -> tuple:
@@ -137,7 +144,7 @@ def toggle_play(playing: bool, number, prompt_id, step) -> tuple:
     last = lc.chapter_steps(lesson, _clamp_chapter(number), _prompt(lesson, prompt_id))
     playing = not playing
     restart = playing and int(step or 0) >= last
-    return (playing, gr.Timer(active=playing), gr.Button(value="⏸ Pause" if playing else "▶ Play"),
+    return (playing, gr.Timer(active=playing), gr.Button(value=PAUSE if playing else PLAY),
             0 if restart else gr.skip())
 
 

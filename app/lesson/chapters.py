@@ -1,7 +1,7 @@
 """The lesson's chapters: each one object carrying its run, idea, figure, narration, token view and start step.
 
     c = chapter(3)
-    c.figure(lesson, run, step, presenter)   # go.Figure
+    c.figure(lesson, run, step, size)        # go.Figure, its text `size` px
     c.narrate(lesson, run, step)             # Markdown: what the chart shows at this step
     c.tokens(run, step)                      # HTML: the answer with the step's tokens highlighted
     c.start(run)                             # the step worth opening the chapter on
@@ -24,7 +24,7 @@ from . import figures, narration, views
 from . import questions as q
 from .data import SAMPLED, Lesson, LessonRun, busiest_early_step, decode_events
 
-FigureFn = Callable[[Lesson, LessonRun, int, bool], go.Figure]
+FigureFn = Callable[[Lesson, LessonRun, int, int], go.Figure]   # (..., step, text size px)
 NarrateFn = Callable[[Lesson, LessonRun, int], str]
 TokensFn = Callable[[LessonRun, int], str]
 StartFn = Callable[[LessonRun], int]
@@ -155,7 +155,7 @@ CHAPTERS = (
             figures.system_figure, narration.system_now, views.origin_view, first_decode_step,
             q.system_question),
     Chapter(9, "Try it", "nanospec",
-            "Now run it yourself. **Try it live** opens the Live tab with this chapter's prompt and NanoSpec's "
+            "Now run it yourself. **Try it live ↗** (under the chart) opens the Live tab with this chapter's prompt and NanoSpec's "
             "settings. Switch the method to `full` or `ar` and compare: every method writes the **same text**; "
             "they differ in how many target forwards and how much draft time it takes.",
             {"method": "nanospec", **_TREE},
@@ -201,12 +201,14 @@ def chapter_text(lesson: Lesson, number: int, prompt_id: str, step: int) -> str:
 
 
 def chapter_figure(lesson: Lesson, number: int, prompt_id: str, step: int, presenter: bool = False,
-                   height: int | None = None) -> go.Figure:
-    """The chapter's chart at a step; `height` (px) fits it to the screen in lesson-first mode."""
-    fig = chapter(number).figure(lesson, chapter_run(lesson, number, prompt_id), step, presenter)
+                   height: int | None = None, screen: int | None = None) -> go.Figure:
+    """The chapter's chart at a step; `height` (px) fits it to the screen in lesson-first mode; in
+    presenter mode its text grows with `screen`, the page height (px), see `figures.text_size`."""
+    size = figures.text_size(presenter, screen)
+    fig = chapter(number).figure(lesson, chapter_run(lesson, number, prompt_id), step, size)
     if height:
         fig.update_layout(height=height)
-    return fig
+    return figures.fit_text(fig, size)
 
 
 def predict_text(lesson: Lesson, number: int, prompt_id: str) -> str:

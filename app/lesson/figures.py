@@ -1,4 +1,4 @@
-"""The lesson's chapter figures: pure functions `(lesson, run, step, presenter) -> go.Figure`.
+"""The lesson's chapter figures: pure functions `(lesson, run, step, size) -> go.Figure`.
 
 `run` is the recorded run the chapter's step controls walk through; figures that compare runs
 find the others through `lesson`. Built on app/charts.py where the Live tab has the same chart.
@@ -23,21 +23,57 @@ SHORT = {3072: "NanoSpec", 32000: "Llama-2", 49152: "SmolLM2", 128256: "Llama-3"
 
 
 # -- figure helpers ----------------------------------------------------------------------------
-def base_layout(title: str, presenter: bool = False, height: int = 420) -> dict:
-    size = 17 if presenter else 13
-    return dict(template="plotly_white", height=int(height * (1.2 if presenter else 1.0)),
-                font=dict(size=size), margin=dict(l=64, r=24, t=84, b=120),
-                title=dict(text=title, font=dict(size=size + 3), x=0, xanchor="left", y=0.98, yanchor="top"),
-                legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, font=dict(size=size - 1)))
+SIZE = 13                  # px: tick labels, axis titles, legends, bar labels on a desk screen
+PRESENTER_SIZE = 18        # px in presenter mode when the page height is unknown
+PRESENTER_SIZE_VH = 0.0175 # presenter mode: text grows with the page height (19 px at 1080 px, 14 at 720 px)
+PRESENTER_SIZES = (14, 26)
 
 
-def presentable(fig: go.Figure, presenter: bool) -> go.Figure:
-    """Scale a figure made by app/charts.py for the room: larger fonts and node labels."""
-    size = 17 if presenter else 13
-    fig.update_layout(font=dict(size=size), title_font_size=size + 3, legend_font_size=size - 1)
-    if presenter:
-        fig.update_layout(height=int((fig.layout.height or 400) * 1.2))
-        fig.update_traces(textfont_size=15, selector=dict(mode="markers+text"))
+def text_size(presenter: bool, screen: int | None = None) -> int:
+    """The figures' text size in px: `SIZE` on a desk; in presenter mode a share of the page height
+    `screen` (px, the height the lesson fills), so a projector's 1080 px get ~19 px and 720 px get 14."""
+    if not presenter:
+        return SIZE
+    if not screen:
+        return PRESENTER_SIZE
+    lo, hi = PRESENTER_SIZES
+    return int(min(max(round(screen * PRESENTER_SIZE_VH), lo), hi))
+
+
+def title_size(size: int) -> int:
+    return round(size * 1.25)
+
+
+def base_layout(title: str, size: int = SIZE, height: int = 420) -> dict:
+    """Title top left, legend in one row along the bottom edge, margins that grow with the text."""
+    return dict(template="plotly_white", height=int(height * (1.2 if size > SIZE else 1.0)),
+                font=dict(size=size), margin=dict(l=8, r=16, t=round(size * 4.6), b=round(size * 3.2)),
+                title=dict(text=title, font=dict(size=title_size(size)), x=0.01, xanchor="left", xref="container",
+                           y=0.99, yanchor="top", yref="container"),
+                legend=dict(orientation="h", yanchor="bottom", y=0.005, yref="container", x=0.01, xref="container",
+                            xanchor="left", font=dict(size=size)))
+
+
+def fit_text(fig: go.Figure, size: int) -> go.Figure:
+    """Every text of a figure at `size` px (titles a little larger): layout font, title, legend, subplot
+    titles and notes, axis titles, tick labels and the labels on bars, so that presenter mode reaches
+    every word; axes grow the margins they need instead of cutting labels."""
+    fig.update_layout(font_size=size, title_font_size=title_size(size), legend_font_size=size,
+                      uniformtext=dict(minsize=size, mode="show"))
+    fig.update_annotations(font_size=size)
+    fig.update_xaxes(tickfont_size=size, title_font_size=size, automargin=True)
+    fig.update_yaxes(tickfont_size=size, title_font_size=size, automargin=True, ticklabelstandoff=4)
+    fig.update_traces(textfont_size=size, selector=dict(type="bar"))
+    fig.update_traces(constraintext="none", selector=dict(type="bar", textposition="outside"))
+    fig.update_traces(textfont_size=size, selector=dict(mode="markers+text"))
+    return fig
+
+
+def presentable(fig: go.Figure, size: int) -> go.Figure:
+    """A figure made by app/charts.py, laid out for the lesson: title top left, legend along the bottom."""
+    layout = base_layout(fig.layout.title.text or "", size, fig.layout.height or 400)
+    fig.update_layout(title=layout["title"], legend=layout["legend"], margin=layout["margin"],
+                      height=layout["height"])
     return fig
 
 
@@ -59,7 +95,7 @@ def _tok(run: LessonRun, token_id: int, width: int = 12) -> str:
 
 
 # -- chapter figures ---------------------------------------------------------------------------
-def ar_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+def ar_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
     """Ch. 1: one bar per target forward; the current one dark; tokens so far on a second axis."""
     decode = run.frame[run.frame["step"] > 0]
     steps = decode["step"].tolist()
@@ -77,14 +113,14 @@ def ar_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False
         fig.add_trace(go.Bar(x=cur["step"].tolist(), y=cur["wall_ms"].tolist(), name=f"step {step}",
                              marker_color=CURRENT, hoverinfo="skip"), secondary_y=False)
     fig.update_layout(**base_layout(f"Autoregressive: 1 token per target forward · median {median:.1f} ms "
-                                    f"per forward", presenter), bargap=0.15, barmode="overlay")
+                                    f"per forward", size), bargap=0.15, barmode="overlay")
     fig.update_xaxes(title_text="decode step = token number")
     fig.update_yaxes(title_text="ms per forward", secondary_y=False)
     fig.update_yaxes(title_text="tokens", showgrid=False, rangemode="tozero", secondary_y=True)
     return mark_step(fig, step) if step > 0 else fig
 
 
-def chain_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+def chain_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
     """Ch. 2: the drafted chain of one step against what the target says, and τ per step below."""
     e = run.event(step)
     fig = make_subplots(rows=2, cols=1, row_heights=[0.58, 0.42], vertical_spacing=0.2,
@@ -92,8 +128,7 @@ def chain_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = Fa
                                         "Tokens per target forward, every step (green = accepted, blue = bonus)"))
     n_acc = len(e.accepted_tokens)
     drafted = e.tree_tokens[1:]
-    size = 16 if presenter else 12
-    marker = 46 if presenter else 38
+    marker = round(size * 2.9)   # a square that holds a short token at the figure's text size
     # the root (last token written) on the left; drafted tokens at x = 1..k
     fig.add_trace(go.Scatter(x=[0], y=[0.5], mode="markers+text", text=[_tok(run, e.root_token, 9)],
                              textposition="middle center", marker=dict(symbol="square", size=marker, color="#e6e6e6",
@@ -127,26 +162,26 @@ def chain_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = Fa
                              showlegend=False, hovertemplate="step %{x}: %{y}<extra>" + name + "</extra>"),
                       row=2, col=1)
     fig.update_layout(**base_layout(f"Draft and verify (greedy chain) · τ = {run.summary.tau:.2f} tokens per "
-                                    "target forward", presenter, 520), barmode="stack", bargap=0.15)
+                                    "target forward", size, 520), barmode="stack", bargap=0.15)
     fig.update_xaxes(title_text="decode step", row=2, col=1)
     fig.update_yaxes(title_text="tokens", row=2, col=1)
     fig.update_annotations(font_size=size)
     return mark_step(fig, step, xref="x2") if step > 0 else fig
 
 
-def tree_chapter_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+def tree_chapter_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
     """Ch. 3: the EAGLE-2 tree of the current step, accepted path in green (app/charts.tree_figure)."""
     fig = tree_figure(run.frame, step, run.token_text)
     fig.update_layout(title_text=fig.layout.title.text + f" · τ over the run = {run.summary.tau:.2f}")
-    return presentable(fig, presenter)
+    return presentable(fig, size)
 
 
-def bottleneck_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
-    """Ch. 4: draft time per step split by phase (full vocabulary) | LM-head time vs vocabulary size."""
+def bottleneck_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
+    """Ch. 4: draft time per step split by phase (full vocabulary) | LM-head time vs vocabulary size, one
+    horizontal bar per vocabulary (names on the axis never collide, whatever the width)."""
     share, sweep = lm_head_share(run), lesson.sweep
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.12,
-                        subplot_titles=(f"Draft time per step, full vocabulary: LM head = {share:.0%}",
-                                        "LM-head matmul vs vocabulary size (6 rows, hidden 576)"))
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.2,
+                        subplot_titles=("Draft ms per step, by phase", "LM-head ms vs vocabulary size"))
     decode = run.frame[run.frame["step"] > 0]
     steps = decode["step"].tolist()
     for phase in ("draft_layers", "lm_head", "topk", "gather_wait"):
@@ -157,28 +192,26 @@ def bottleneck_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool
     fig.update_yaxes(title_text="ms", row=1, col=1)
     if sweep:
         pts = [p for p in sweep["points"] if p["rows"] == 6]
-        labels = [f"{p['vocab'] / 1000:.0f}k<br>{SHORT.get(p['vocab'], p['label'])}" for p in pts]
+        labels = [f"{SHORT.get(p['vocab'], p['label'])} {p['vocab'] / 1000:.0f}k" for p in pts]
         colors = ["#2e9d5b" if p["vocab"] < 10_000 else ("#e8743b" if p["vocab"] == run.summary.vocab_size
                                                          else "#7f8c8d") for p in pts]
-        fig.add_trace(go.Bar(x=labels, y=[p["ms"] for p in pts], marker_color=colors, showlegend=False,
-                             text=[f"{p['ms']:.2f}" for p in pts], textposition="outside", cliponaxis=False,
-                             hovertemplate="%{x}: %{y:.3f} ms<extra>median of " + str(sweep["repeats"]) + "</extra>"),
+        top = max(p["ms"] for p in pts)
+        where = f"median of {sweep['repeats']}, 6 rows, hidden {sweep.get('hidden', 576)}, {sweep['machine']['text']}"
+        fig.add_trace(go.Bar(y=labels, x=[p["ms"] for p in pts], orientation="h", marker_color=colors,
+                             showlegend=False, text=[f"{p['ms']:.1f}" for p in pts], textposition="outside",
+                             cliponaxis=False, hovertemplate="%{y}: %{x:.3f} ms<extra>" + where + "</extra>"),
                       row=1, col=2)
-        fig.update_yaxes(title_text="ms per matmul (median)", rangemode="tozero", row=1, col=2)
-        fig.update_xaxes(tickangle=0, tickfont=dict(size=11), row=1, col=2)
-        fig.add_annotation(text="measured on<br>" + sweep["machine"]["text"].replace(" · torch", "<br>torch"),
-                           xref="x2 domain", yref="y2 domain", x=0.02, y=0.98, showarrow=False, xanchor="left",
-                           yanchor="top", align="left", font=dict(size=11, color="#555"))
+        fig.update_xaxes(title_text="ms per matmul", range=[0, top * 1.35], row=1, col=2)
+        fig.update_yaxes(autorange="reversed", row=1, col=2)
     else:
         fig.add_annotation(text=f"sweep not recorded: run `{COMMAND}`", xref="x2 domain", yref="y2 domain",
                            x=0.5, y=0.5, showarrow=False)
-    fig.update_layout(**base_layout("The vocabulary bottleneck: the drafter's LM head scores every token",
-                                    presenter, 460), barmode="stack", bargap=0.15)
-    fig.update_annotations(font_size=15 if presenter else 12, selector=dict(showarrow=False, xref="paper"))
+    fig.update_layout(**base_layout(f"The vocabulary bottleneck: the LM head is {share:.0%} of draft time",
+                                    size, 460), barmode="stack", bargap=0.15)
     return mark_step(fig, step) if step > 0 else fig
 
 
-def locality_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+def locality_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
     """Ch. 5: running share of 'seen before' tokens for this prompt | the split for every prompt."""
     prompt_id = run.prompt_id
     kinds = run_locality(run)
@@ -204,12 +237,12 @@ def locality_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool =
                              hovertemplate="%{x}: %{y:.0f}%<extra>" + label + "</extra>"), row=1, col=2)
     fig.update_yaxes(title_text="% of emitted tokens", range=[0, 100], row=1, col=2)
     fig.update_layout(**base_layout("Temporal locality: most tokens were seen before they are written",
-                                    presenter, 440), barmode="stack")
+                                    size, 440), barmode="stack")
     token_no = run.tokens_through(step)
     return mark_step(fig, token_no, f"token {token_no}") if token_no > 0 else fig
 
 
-def active_set_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+def active_set_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
     """Ch. 6: active-set size per step against V and the capacity (app/charts.vocab_figure)."""
     fig = vocab_figure(run.frame)
     cap = run.meta["config"]["vocab"]["capacity"]
@@ -219,20 +252,20 @@ def active_set_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool
                        showarrow=False, xanchor="right", yanchor="bottom", font=dict(color="#2e9d5b"))
     fig.update_layout(height=420, title_text=f"NanoSpec's active set: {run.summary.mean_active:,.0f} rows on "
                       f"average = {run.summary.active_frac:.1%} of V")
-    return mark_step(presentable(fig, presenter), step)
+    return mark_step(presentable(fig, size), step)
 
 
-def misses_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+def misses_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
     """Ch. 7: vocab vs draft misses per step and running coverage (app/charts.coverage_figure)."""
     fig = coverage_figure(run.frame)
     counts = run.summary.miss_counts
     fig.update_layout(height=420, title_text=f"Misses: {counts.get('vocab', 0)} vocab, {counts.get('draft', 0)} "
                       f"draft in {run.summary.steps} steps · coverage {run.summary.coverage or 0:.1%}")
-    fig = presentable(fig, presenter)
+    fig = presentable(fig, size)
     return mark_step(fig, step) if step > 0 else fig
 
 
-def system_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+def system_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
     """Ch. 8: mean draft-side ms per step by phase for each policy | LM-head ms per step, full vs nanospec."""
     prompt_id = run.prompt_id
     fig = make_subplots(rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.1,
@@ -257,25 +290,42 @@ def system_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = F
     fig.update_xaxes(title_text="decode step", row=1, col=2)
     fig.update_yaxes(title_text="ms (log scale)", type="log", dtick=1, row=1, col=2)
     fig.update_layout(**base_layout("The system side: where draft time goes, before (full) and after (nanospec)",
-                                    presenter, 440), barmode="stack")
+                                    size, 440), barmode="stack")
     return mark_step(fig, step, xref="x2") if step > 0 else fig
 
 
-def try_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
-    """Ch. 9: the recorded runs side by side (app/charts.compare_figure)."""
-    fig = compare_figure(summary_table(lesson, run.prompt_id))
-    fig.update_layout(height=380, title_text=f"{run.prompt_id}: every recorded run, same prompt, same machine",
-                      margin=dict(t=90))
-    return presentable(fig, presenter)
+TRY_METRICS = (("tokens_per_s", "tokens/s", "{:.1f}"), ("speedup", "speedup vs ar", "{:.2f}×"), ("tau", "τ", "{:.2f}"),
+               ("draft_ms_per_step", "draft ms/step", "{:.1f}"))
 
 
+def try_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
+    """Ch. 9: the recorded runs side by side: one panel per metric, one horizontal bar per run (`ar` grey),
+    the value written at the end of each bar."""
+    table = summary_table(lesson, run.prompt_id)
+    fig = make_subplots(rows=1, cols=len(TRY_METRICS), shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=[label for _, label, _ in TRY_METRICS])
+    methods = table["method"].tolist()
+    colors = ["#7f8c8d" if m == "ar" else "#3b6fd8" for m in methods]
+    for col, (key, label, fmt) in enumerate(TRY_METRICS, start=1):
+        values = [float(v) for v in table[key]]
+        fig.add_trace(go.Bar(y=methods, x=values, orientation="h", marker_color=colors, showlegend=False,
+                             text=[fmt.format(v) for v in values], textposition="outside", cliponaxis=False,
+                             hovertemplate="%{y}: %{x:.3g}<extra>" + label + "</extra>"), row=1, col=col)
+        fig.update_xaxes(range=[0, max([1e-9, *values]) * 1.7], showticklabels=False, row=1, col=col)
+    fig.add_vline(x=1.0, line=dict(color="#555", dash="dash"), row=1, col=2)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(**base_layout(f"{run.prompt_id}: every recorded run, same prompt, same machine", size, 380),
+                      bargap=0.25)
+    fig.update_layout(margin_b=size)   # no legend: the bars are named on the left
+    return fig
 
-def predict_figure(presenter: bool = False, height: int | None = None) -> go.Figure:
+
+def predict_figure(size: int = SIZE, height: int | None = None) -> go.Figure:
     """The chart's place while the chapter's question is open: nothing to peek at yet."""
     fig = go.Figure()
-    fig.add_annotation(text="Predict first ✋<br><span style='font-size:0.7em'>answer the question on the left: "
+    fig.add_annotation(text="Predict first<br><span style='font-size:0.7em'>answer the question on the left: "
                        "the chart from the recorded run appears here</span>", x=0.5, y=0.5, xref="paper",
-                       yref="paper", showarrow=False, font=dict(size=26 if presenter else 20, color="#e8743b"))
+                       yref="paper", showarrow=False, font=dict(size=round(size * 1.6), color="#e8743b"))
     fig.update_layout(template="plotly_white", height=height or 420, margin=dict(l=10, r=10, t=10, b=10),
                       xaxis=dict(visible=False), yaxis=dict(visible=False))
     return fig
@@ -295,27 +345,29 @@ def _trial_colors(run: LessonRun, entry: dict) -> dict[int, tuple[str, str]]:
     return marks
 
 
-def sampling_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+def sampling_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
     """Ch. 10: the target's distribution at this step's root with the drafted candidates marked | the
-    first speculative token over many seeded runs against the target's own distribution."""
+    first speculative token over many seeded runs against the target's own distribution. Tokens run down
+    the axis (horizontal bars), so their names are written whole and never run into each other."""
     check = lesson.checks.get(run.prompt_id)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.1,
-                        subplot_titles=(f"Step {step}: target's p(x) at the first position",
-                                        _check_title(check)))
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.22,
+                        subplot_titles=(f"Step {step}: target's p(x), first position", _check_title(check)))
     trials = run.meta.get("trials") or []
     entry = trials[min(step, len(trials) - 1)] if trials else {}
-    top = entry.get("target_top") or []
+    top = (entry.get("target_top") or [])[:TOP_TOKENS]
     marks = _trial_colors(run, entry)
-    fig.add_trace(go.Bar(x=[_tok(run, t, 10) for t, _ in top], y=[p for _, p in top], showlegend=False,
-                         marker_color=[marks.get(t, ("#c8c8c8", ""))[0] for t, _ in top],
+    fig.add_trace(go.Bar(y=_labels([_tok(run, t, 10) for t, _ in top]), x=[p for _, p in top], orientation="h",
+                         showlegend=False, marker_color=[marks.get(t, ("#c8c8c8", ""))[0] for t, _ in top],
                          text=[f"{p:.2f}" for _, p in top], textposition="outside", cliponaxis=False,
                          hovertext=[marks.get(t, ("", "not drafted"))[1] for t, _ in top],
-                         hovertemplate="%{x}: p = %{y:.3f}<br>%{hovertext}<extra></extra>"), row=1, col=1)
+                         hovertemplate="%{y}: p = %{x:.3f}<br>%{hovertext}<extra></extra>"), row=1, col=1)
     for word, color in (("drafted, accepted", ORIGIN_COLORS[ACCEPTED]), ("drafted, rejected", "#d64545"),
                         ("drawn from what is left", ORIGIN_COLORS[BONUS]), ("not drafted", "#c8c8c8")):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=word,
                                  marker=dict(symbol="square", size=12, color=color)), row=1, col=1)
-    fig.update_yaxes(title_text="target probability", rangemode="tozero", row=1, col=1)
+    fig.update_xaxes(title_text="target probability", range=[0, max([0.1, *(p for _, p in top)]) * 1.3],
+                     row=1, col=1)
+    fig.update_yaxes(autorange="reversed", row=1, col=1)
     if check:
         _check_bars(fig, check, run)
     else:
@@ -323,8 +375,21 @@ def sampling_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool =
                            y=0.5, showarrow=False)
     temp = run.meta.get("config", {}).get("sampling", {}).get("temperature")
     fig.update_layout(**base_layout(f"Speculative sampling at temperature {temp}: accept x with probability p(x)",
-                                    presenter, 460), barmode="group", bargap=0.2)
+                                    size, 460), barmode="group", bargap=0.2)
     return fig
+
+
+TOP_TOKENS = 8  # tokens per panel in chapter 10
+
+
+def _labels(names: list[str]) -> list[str]:
+    """Category names made unique (two tokens can print alike), keeping the first as it is."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else name + "\u200b" * (seen[name] - 1))
+    return out
 
 
 def _check_title(check: dict | None) -> str:
@@ -335,29 +400,27 @@ def _check_title(check: dict | None) -> str:
 
 def _check_bars(fig: go.Figure, check: dict, run: LessonRun) -> None:
     n = check["kept"]
-    rows = check["tokens"][:10]
+    rows = check["tokens"][:TOP_TOKENS]
     text = {int(k): v for k, v in check.get("token_text", {}).items()}
-    labels = [token_label(r["token"], text)[:10] for r in rows]
+    labels = _labels([token_label(r["token"], text)[:10] for r in rows])
     target = [r["p"] for r in rows]
     band = [1.96 * math.sqrt(max(p * (1 - p), 0.0) / n) for p in target]   # 95% range of n exact draws
-    fig.add_trace(go.Bar(x=labels, y=target, name="target p(x)", marker_color="#7f8c8d",
-                         error_y=dict(type="data", array=band, visible=True, color="#555"),
-                         hovertemplate="%{x}: p = %{y:.3f}<extra>target</extra>"), row=1, col=2)
-    fig.add_trace(go.Bar(x=labels, y=[r["count"] / n for r in rows], name=f"speculative, {n} runs",
-                         marker_color="#e8743b",
-                         hovertemplate="%{x}: %{y:.3f}<extra>speculative sampling</extra>"), row=1, col=2)
-    fig.update_yaxes(title_text="share of runs / probability", rangemode="tozero", row=1, col=2)
-    fig.add_annotation(text=f"total variation {check['total_variation']:.3f}<br>(exact sampling, same n: "
-                       f"{check['total_variation_exact']:.3f})", xref="x2 domain", yref="y2 domain", x=0.98,
-                       y=0.98, showarrow=False, xanchor="right", yanchor="top", align="right",
-                       font=dict(size=12, color="#555"))
+    fig.add_trace(go.Bar(y=labels, x=target, orientation="h", name="target p(x)", marker_color="#7f8c8d",
+                         error_x=dict(type="data", array=band, visible=True, color="#555"),
+                         hovertemplate="%{y}: p = %{x:.3f}<extra>target</extra>"), row=1, col=2)
+    fig.add_trace(go.Bar(y=labels, x=[r["count"] / n for r in rows], orientation="h",
+                         name=f"speculative, {n} runs", marker_color="#e8743b",
+                         hovertemplate="%{y}: %{x:.3f}<extra>speculative sampling</extra>"), row=1, col=2)
+    fig.update_xaxes(title_text=f"share of runs (total variation {check['total_variation']:.3f})",
+                     rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(autorange="reversed", row=1, col=2)
 
 
 # -- the race (chapter 11) --------------------------------------------------------------------------
 RACE_RUNS = ("ar", "full", "nanospec")
 
 
-def race_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = False) -> go.Figure:
+def race_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
     """Ch. 11: tokens written against recorded time for each run of the race; the dotted line is
     where the stepped run (nanospec) is at this step."""
     fig = go.Figure()
@@ -373,8 +436,7 @@ def race_figure(lesson: Lesson, run: LessonRun, step: int, presenter: bool = Fal
                                  line=dict(width=3, color=RACE_COLORS.get(key)),
                                  hovertemplate="%{x:.2f} s: %{y} tokens<extra>" + key + "</extra>"))
     now = sum(e.wall_ms for e in run.events[: step + 1]) / 1000
-    fig.update_layout(**base_layout("Tokens written over recorded time (steps are the jumps)", presenter, 420))
-    fig.update_layout(margin=dict(l=64, r=110, t=44, b=56), legend=dict(orientation="v", x=1.02, y=1, yanchor="top"))
+    fig.update_layout(**base_layout("Tokens written over recorded time (steps are the jumps)", size, 420))
     fig.update_xaxes(title_text="seconds since the request (recorded)")
     fig.update_yaxes(title_text="tokens written", rangemode="tozero")
     return mark_step(fig, now, f"{run.key} step {step}")

@@ -22,7 +22,7 @@ import gradio as gr
 
 from ..race import race_component
 from . import chapters as lc
-from .callbacks import (SPEEDS, _step_label, answer, chapter_start, deep_link, lesson_data, move, open_chapter,
+from .callbacks import (PLAY, SPEEDS, _step_label, answer, chapter_start, deep_link, lesson_data, move, open_chapter,
                         render, set_speed, shift_chapter, tick, toggle_play, try_it_values)
 from .style import CSS, DEEP_LINK_JS, LIVE_TOGGLE_JS, PRESENTER_FIT_JS, PRESENTER_JS, with_fit
 
@@ -86,15 +86,10 @@ def build_lesson_tab(try_it_targets: dict[str, gr.components.Component] | None =
             fit = gr.Number(0, elem_id="lesson-fit", visible="hidden", interactive=False)
             prev_chapter, chapter, next_chapter, prompt, presenter, live_toggle = _chapter_bar(lesson, chapter0,
                                                                                                first_prompt)
-            text, quiz, reveal, race, plot, back, forward, play, step, tokens = _stage(first_prompt, chapter0,
-                                                                                       step0, last0)
-            with gr.Row():
-                speed = gr.Slider(*SPEEDS, value=1.0, step=0.5, label="Play speed (steps per second)",
-                                  elem_id="lesson-speed", scale=1)
-                try_it = None
-                if try_it_targets and tabs is not None:
-                    try_it = gr.Button("Try it live ↗ (opens the Live tab with this prompt and settings)",
-                                       variant="secondary", elem_id="lesson-try", scale=2)
+            text, quiz, reveal, race, plot, back, forward, play, step, try_it, tokens = _stage(
+                first_prompt, chapter0, step0, last0, with_try_it=bool(try_it_targets) and tabs is not None)
+            speed = gr.Slider(*SPEEDS, value=1.0, step=0.5, label="Play speed (steps per second)",
+                              elem_id="lesson-speed")
         timer = gr.Timer(1.0, active=False)
         playing = gr.State(False)
         pending = gr.State(False)
@@ -125,8 +120,10 @@ def _chapter_bar(lesson, chapter0: int, first_prompt: str) -> tuple:
     return prev_chapter, chapter, next_chapter, prompt, presenter, live_toggle
 
 
-def _stage(first_prompt: str, chapter0: int, step0: int, last0: int) -> tuple:
-    """The chapter's text and quiz beside its figure, step controls and answer tokens, drawn at the first step."""
+def _stage(first_prompt: str, chapter0: int, step0: int, last0: int, with_try_it: bool) -> tuple:
+    """The chapter's text and quiz beside its figure, step controls and answer tokens, drawn at the first step.
+    "Try it live" sits with the step controls, right under the chart, so it is on the first screen whenever
+    a chapter asks the class to press it."""
     text0, fig0, tokens0 = render(chapter0, first_prompt, step0, False)
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=320):
@@ -139,11 +136,13 @@ def _stage(first_prompt: str, chapter0: int, step0: int, last0: int) -> tuple:
             with gr.Row(equal_height=True, elem_id="lesson-controls"):
                 back = gr.Button("◀ Step", elem_id="lesson-step-prev", scale=0, min_width=80)
                 forward = gr.Button("Step ▶", elem_id="lesson-step-next", scale=0, min_width=80)
-                play = gr.Button("▶ Play", elem_id="lesson-play", scale=0, min_width=90)
+                play = gr.Button(PLAY, elem_id="lesson-play", scale=0, min_width=90)
                 step = gr.Slider(0, max(1, last0), value=step0, step=1, label=_step_label(chapter0, last0),
                                  elem_id="lesson-step", scale=4)
+                try_it = (gr.Button("Try it live ↗", variant="secondary", elem_id="lesson-try", scale=0,
+                                    min_width=120) if with_try_it else None)
             tokens = gr.HTML(tokens0, elem_id="lesson-tokens", js_on_load=None)
-    return text, quiz, reveal, race, plot, back, forward, play, step, tokens
+    return text, quiz, reveal, race, plot, back, forward, play, step, try_it, tokens
 
 
 # -- wiring --------------------------------------------------------------------------------------------

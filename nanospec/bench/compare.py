@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from .. import metrics, precision
+from ..lesson import stability
 from ..config import GenerationConfig
 from ..engine import SpecEngine
 
@@ -37,23 +38,30 @@ class MethodRows:
     outside: list[int] = dataclasses.field(default_factory=list)  # per decode step: accepted, not in the set
     sources: dict[str, int] = dataclasses.field(default_factory=dict)  # accepted drafts by node source
     steps: list[list[int]] = dataclasses.field(default_factory=list)  # per output: tokens emitted per step
-    active_sum: float = 0.0
+    active: list[int] = dataclasses.field(default_factory=list)  # per decode step: active size
+    budget_ms: list[float] = dataclasses.field(default_factory=list)  # per decode step: the draft budget's own time
+    step_ms: list[float] = dataclasses.field(default_factory=list)  # per decode step: wall time
+    verified: list[int] = dataclasses.field(default_factory=list)  # per decode step: tree nodes verified
     new_tokens: int = 0
 
 
 def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict,
-            prompt_lookup: int = 0, progress=None, repeat: int = 1, copy_branches: tuple[int, ...] = ()
-            ) -> list[dict]:
+            prompt_lookup: int = 0, progress=None, repeat: int = 1, copy_branches: tuple[int, ...] = (),
+            budgets: tuple[bool, ...] = ()) -> list[dict]:
     """Run `methods` (ar first, added if missing) on every prompt; return one dict per method.
 
     `copy_branches`: run every tree method once per copy-branch length N (row `method+copyN`,
-    plain `method` for N = 0); empty = once, with `options`' own `copy_branch`."""
+    plain `method` for N = 0); empty = once, with `options`' own `copy_branch`.
+    `budgets`: run every tree method with the draft budget off and/or on (row `method+budget` when
+    on and both are asked for); empty = `options`' own `budget`."""
     methods = ["ar"] + [m for m in methods if m != "ar"]
     configs = {}
     for m in methods:
         for n in (copy_branches if copy_branches and m != "ar" else (None,)):
-            opts = options if n is None else {**options, "copy_branch": n}
-            configs[m + (f"+copy{n}" if n else "")] = GenerationConfig.build(m, **opts)
+            for b in (budgets if len(budgets) > 1 and m != "ar" else (None,)):
+                opts = options if n is None else {**options, "copy_branch": n}
+                opts = opts if b is None else {**opts, "budget": b}
+                configs[m + (f"+copy{n}" if n else "") + ("+budget" if b else "")] = GenerationConfig.build(m, **opts)
     return _interleaved(engine, prompts, configs, prompt_lookup, progress, repeat)
 
 
@@ -70,6 +78,17 @@ def sweep(engine: SpecEngine, prompts: list, method: str, trees: list[tuple[int,
     return _interleaved(engine, prompts, configs, 0, progress, repeat)
 
 
+def parse_tree_settings(text: str) -> list[tuple[int, int, int]]:
+    """Tree sizes for `sweep` (`--trees`) and train-head's `--eval`: '5x8x32,4x6x24' -> [(depth, top_k, total_tokens), ...]"""
+    try:
+        out = [tuple(int(v) for v in part.split("x")) for part in text.split(",") if part.strip()]
+    except ValueError as err:
+        raise ValueError(f"tree settings must look like 5x8x32,4x6x24 (depth x top_k x total_tokens): {text!r}") from err
+    if not out or any(len(s) != 3 for s in out):
+        raise ValueError(f"tree settings must look like 5x8x32,4x6x24 (depth x top_k x total_tokens): {text!r}")
+    return out
+
+
 def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, GenerationConfig], prompt_lookup: int,
                  progress, repeat: int) -> list[dict]:
     """Every config on every prompt, interleaved per prompt after one warm-up each; "ar" is the reference."""
@@ -83,16 +102,28 @@ def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, Generatio
         engine.generate(ids[0], dataclasses.replace(cfg, max_new_tokens=4))
     total = len(ids) * repeat
     done = 0
+    busy = {name: [0.0, 0.0] for name in configs}  # per row: CPU share x wall time, wall time
     for _ in range(repeat):
         for p in ids:
             for name, cfg in configs.items():
-                _record(rows[name], engine.generate(p, cfg))
+                with stability.metered() as meter:
+                    result = engine.generate(p, cfg)
+                busy[name][0] += meter.cpu_share * meter.wall_s
+                busy[name][1] += meter.wall_s
+                _record(rows[name], result)
             if prompt_lookup:
                 _record_lookup(rows["prompt_lookup"], engine, p, configs["ar"], prompt_lookup)
             done += 1
             if progress:
                 progress(done, total)
     table = _table(rows, greedy=configs["ar"].sampling.greedy, vocab_size=engine.vocab_size)
+    # ar once more on the first prompt: its speed now against its first timed run (did the machine change?)
+    ar_again = engine.generate(ids[0], configs["ar"]).summary.tokens_per_s
+    ar_drift = abs(ar_again / rows["ar"].tps[0] - 1) if rows["ar"].tps and rows["ar"].tps[0] > 0 else None
+    for row in table:
+        b = busy.get(row["method"])
+        row["trust"] = assess_trust(row["method"], row["per_prompt_speedup"], repeat, len(ids), row["speedup"],
+                                    row["tau"], b[0] / b[1] if b and b[1] > 0 else None, ar_drift)
     if configs["ar"].sampling.greedy:
         _add_exactness(table, rows, engine, ids * repeat)
     return table
@@ -122,14 +153,17 @@ def _record(row: MethodRows, result) -> None:
     row.outputs.append(s.output_ids)
     row.steps.append([e.n_emitted for e in result.events])
     emitted = [e.n_emitted for e in decode]
-    row.taus.append(metrics.tau(emitted) if decode else 1.0)
+    row.taus.append(s.tau)
     row.emitted += emitted
     row.accepted += [len(e.accepted_tokens) for e in decode]
     row.coverage += [e.coverage for e in decode]
     row.outside += [e.accepted_outside() for e in decode]
     for source, count in s.accepted_by_source.items():
         row.sources[source] = row.sources.get(source, 0) + count
-    row.active_sum += sum(e.active_size for e in decode)
+    row.active += [e.active_size for e in decode]
+    row.budget_ms += [e.phases.get("budget", 0.0) for e in decode]
+    row.step_ms += [e.wall_ms for e in decode]
+    row.verified += [len(e.tree_tokens) for e in decode]
     row.new_tokens += s.new_tokens
 
 
@@ -146,7 +180,7 @@ def _record_lookup(row: MethodRows, engine: SpecEngine, prompt_ids: list[int], c
                          pad_token_id=eos[0] if eos else None)
     wall = time.perf_counter() - t0
     gen = out[0, inp.shape[1]:].tolist()
-    row.tps.append(len(gen) / wall)
+    row.tps.append(metrics.tokens_per_s(len(gen), wall))
     row.outputs.append(gen)
     row.new_tokens += len(gen)
 
@@ -161,13 +195,12 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
     for name, r in rows.items():
         speedups = [metrics.speedup(a, b) for a, b in zip(r.tps, ar.tps) if b > 0]
         drafts = name not in ("ar", "prompt_lookup")
-        steps = len(r.emitted)
-        mean_active = r.active_sum / steps if steps else 0.0
+        mean_active = metrics.mean_active(r.active)
         table.append({
             "method": name,
             "tokens_per_s": _median(r.tps),
             "speedup": _median(speedups),
-            "tau": metrics.tau(r.emitted) if steps else (1.0 if name == "ar" else float("nan")),
+            "tau": metrics.tau(r.emitted),
             "draft_ms_per_step": _median(r.draft_ms) if r.draft_ms and drafts else None,
             "lm_head_ms_per_step": _median(r.lm_head_ms) if r.lm_head_ms and drafts else None,
             "mean_active": mean_active if drafts else None,
@@ -182,6 +215,10 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
             # per prompt, in prompt order, once per repeat (index i is prompt i % n_prompts)
             "per_prompt_tau": r.taus if r.taus else None,
             "per_prompt_speedup": speedups,
+            # tree nodes verified per step (the root included), and the draft budget's own time as a
+            # share of the step's (0 without the budget)
+            "mean_verified": metrics.mean(r.verified) if drafts else None,
+            "budget_share": sum(r.budget_ms) / sum(r.step_ms) if drafts and sum(r.step_ms) else None,
         })
     return table
 
@@ -197,7 +234,7 @@ def by_category(table: list[dict], categories: list[str]) -> list[dict]:
             picks = [i for i in range(len(r["per_prompt_speedup"])) if categories[i % n] == cat]
             taus = r["per_prompt_tau"] or []
             row[r["method"]] = {
-                "tau": statistics.fmean(taus[i] for i in picks) if taus else None,
+                "tau": metrics.mean_tau(taus[i] for i in picks) if taus else None,
                 "speedup": _median([r["per_prompt_speedup"][i] for i in picks]),
             }
         out.append(row)
@@ -257,7 +294,7 @@ def exactness_notes(table: list[dict]) -> list[str]:
 
 def format_table(table: list[dict]) -> str:
     head = f"{'method':<18}{'tok/s':>8}{'speedup':>9}{'tau':>7}{'draft ms':>10}{'lm_head ms':>11}" \
-           f"{'active':>9}{'% of V':>8}{'coverage':>10}{'identical':>11}{'copy/both %':>13}"
+           f"{'active':>9}{'% of V':>8}{'coverage':>10}{'identical':>11}{'copy/both %':>13}{'nodes':>7}"
     lines = [head, "-" * len(head)]
     for row in table:
         def fmt(v, spec):  # a missing value keeps the column's width
@@ -271,7 +308,7 @@ def format_table(table: list[dict]) -> str:
             f"{fmt(row['lm_head_ms_per_step'], '11.2f')}{fmt(row['mean_active'], '9.0f')}"
             f"{fmt(None if row['active_frac'] is None else 100 * row['active_frac'], '7.2f')}%"
             f"{fmt(None if row['coverage'] is None else 100 * row['coverage'], '9.1f')}%{ident:>11}"
-            f"{_copy_share(row.get('accepted_share')):>13}")
+            f"{_copy_share(row.get('accepted_share')):>13}{fmt(row.get('mean_verified'), '7.1f')}")
     return "\n".join(lines)
 
 
@@ -280,3 +317,61 @@ def _copy_share(share: dict | None) -> str:
     if not share or not (share.get("copy") or share.get("both")):
         return "-"
     return f"{100 * share.get('copy', 0):.0f}/{100 * share.get('both', 0):.0f}"
+
+
+# -- trust: whether a row's timings are findings or noise -----------------------------------------
+TRUST_MAX_SPREAD = stability.MAX_SPREAD  # a prompt's speedup across repeats (interquartile or full range / median)
+TRUST_MAX_PROMPT_SPREAD = 1.0  # one repeat: the per-prompt speedups' spread across prompts
+TRUST_MIN_CPU_SHARE = stability.MIN_CPU_SHARE  # below: the process shared the machine while it was timed
+TRUST_MAX_DRIFT = stability.MAX_DRIFT  # ar's speed at the end vs its first timed run
+# a speculative step runs at least one target forward, as a plain step does, and emits τ tokens on average:
+# a speedup well above τ means the ar timing it divides by was slowed by something else
+TAU_SLACK = 1.25
+
+
+def assess_trust(method: str, per_prompt_speedup: list[float], repeats: int, n_prompts: int, speedup: float,
+                 tau: float | None, cpu_share: float | None, ar_drift: float | None) -> dict:
+    """Whether a row's speed figures can be read as findings: {"trusted", "reasons" (why not), "notes"
+    (what was not measured), "repeats", "speedup_spread", "cpu_share", "ar_drift"}.
+
+    Untrusted when a prompt's speedup varied across repeats by more than `TRUST_MAX_SPREAD` (with one
+    repeat: the per-prompt speedups across prompts by more than `TRUST_MAX_PROMPT_SPREAD`), when the
+    process computed less than `TRUST_MIN_CPU_SHARE` of the wall time while the row ran (a busy
+    machine), when ar's speed drifted more than `TRUST_MAX_DRIFT` between its first and last run, or
+    when the speedup exceeds τ x `TAU_SLACK` (impossible unless the ar timing was disturbed)."""
+    reasons, notes = [], []
+    n = max(1, n_prompts)
+    if repeats >= 2:
+        groups = [per_prompt_speedup[i::n] for i in range(n)]
+        spreads = [stability.spread(g) for g in groups if len(g) >= 2]
+        spread = max(spreads, default=0.0)
+        if spread > TRUST_MAX_SPREAD:
+            worst = groups[spreads.index(spread)]
+            reasons.append(f"its speedup on one prompt varied {spread:.0%} between repeats "
+                           f"({', '.join(f'{v:.2f}x' for v in worst)})")
+    else:
+        spread = stability.spread(per_prompt_speedup) if n_prompts >= 2 else None
+        if spread is not None and spread > TRUST_MAX_PROMPT_SPREAD:
+            reasons.append(f"its per-prompt speedups disagree ({spread:.0%} spread over {n_prompts} prompts, "
+                           f"{min(per_prompt_speedup):.2f}x to {max(per_prompt_speedup):.2f}x)")
+        notes.append("1 repeat: run-to-run noise not measured (--repeat 3 measures it)")
+    if cpu_share is not None and cpu_share < TRUST_MIN_CPU_SHARE:
+        reasons.append(f"the process computed only {cpu_share:.0%} of the wall time while it ran (a busy machine)")
+    if ar_drift is not None and ar_drift > TRUST_MAX_DRIFT:
+        reasons.append(f"ar's speed changed {ar_drift:.0%} between its first and last run")
+    if method != "ar" and tau is not None and tau == tau and speedup == speedup and speedup > tau * TAU_SLACK:
+        reasons.append(f"its speedup {speedup:.2f}x exceeds its τ {tau:.2f}: a speculative step is not cheaper "
+                       "than a plain one, so the ar timing was disturbed")
+    return {"trusted": not reasons, "reasons": reasons, "notes": notes, "repeats": repeats,
+            "speedup_spread": spread, "cpu_share": cpu_share, "ar_drift": ar_drift}
+
+
+def trust_warnings(table: list[dict]) -> list[str]:
+    """One warning line per row whose figures are not to be trusted (`assess_trust`); none when all are."""
+    lines = []
+    for row in table:
+        trust = row.get("trust")
+        if trust and not trust["trusted"]:
+            lines.append(f"WARNING: {row['method']}: do not trust these figures: " + "; ".join(trust["reasons"])
+                         + ". Re-run on an idle machine" + (" with --repeat 3" if trust["repeats"] < 2 else "") + ".")
+    return lines

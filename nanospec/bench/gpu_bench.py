@@ -36,7 +36,7 @@ from unittest import mock
 
 import torch
 
-from .. import transfer
+from .. import metrics, transfer
 from ..config import GenerationConfig, default_tree
 from ..engine import SpecEngine
 from ..paths import ASSETS
@@ -177,17 +177,19 @@ def bench_method(engine: SpecEngine, prompts: list[list[int]], cfg: GenerationCo
     results = [r for r, _ in off]
     outputs = [r.token_ids for r in results]
     n_tok = sum(len(o) for o in outputs)
-    steps = sum(len(r.events) - 1 for r in results)
+    decode = [e for r in results for e in r.events if not e.is_prefill]
+    steps = len(decode)
     step_off = 1e3 * sum(w for _, w in off) / max(steps, 1)
     step_on = statistics.fmean(e.wall_ms for r, _ in on for e in r.events if not e.is_prefill)
     phases = _phase_means([r for r, _ in on])
     row = {
-        "tokens_per_s": n_tok / sum(w for _, w in off), "tau": n_tok / max(steps, 1),
+        "tokens_per_s": metrics.tokens_per_s(n_tok, sum(w for _, w in off)),
+        "tau": metrics.tau(e.n_emitted for e in decode),
         "step_ms": step_off, "step_ms_timed": step_on, "timer_overhead_pct": 100 * (step_on / step_off - 1),
         "draft_ms": sum(phases.get(k, 0.0) for k in DRAFT_PHASES),
         **{f"{k}_ms": phases.get(k, 0.0) for k in DRAFT_PHASES},
         "verify_ms": phases.get("verify_forward", 0.0),
-        "mean_active": statistics.fmean(r.summary.mean_active for r in results),
+        "mean_active": metrics.mean_active(e.active_size for e in decode),
         "peak_gpu_gib": torch.cuda.max_memory_allocated(engine.device) / 2**30 if cuda else None,
         "host_reads_per_step": max(count_per_step(engine, prompts[0], cfg, cuda_syncs=False)),
     }

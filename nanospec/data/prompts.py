@@ -62,6 +62,13 @@ def prompt_messages(item: dict) -> list[dict]:
     return [{"role": "user", "content": item["prompt"]}]
 
 
+def prompt_input(item: dict) -> str | list[dict]:
+    """What the engine encodes for one item (`SpecEngine.encode`): a single prompt as its text (a
+    tokenizer with a chat template wraps it as one user turn, exactly `prompt_messages`; a base
+    model without one reads the text as is), multi-turn items as their turns (chat models only)."""
+    return item["prompt"] if "turns" not in item else prompt_messages(item)
+
+
 def _normalise(item: object, where: str, own_set: bool, default_id: str) -> dict:
     """A validated copy of one line: `id` always set, Spec-Bench's fields mapped to this project's."""
     if not isinstance(item, dict):

@@ -22,6 +22,8 @@ class EagleDrafter:
         self.cache = None
         self.length = 0
         self.h_last: torch.Tensor | None = None  # [H]
+        # set by the engine's draft budget (CPU only): (frontier scores, level) -> draft that level?
+        self.keep_drafting = None
 
     # -- Drafter interface ---------------------------------------------------------
     @torch.inference_mode()
@@ -53,6 +55,8 @@ class EagleDrafter:
         anc = torch.eye(n_cand, dtype=torch.bool, device=dev)                # [kf, fed + kf]
         fed = 0
         for level in range(1, tree.depth):
+            if self.keep_drafting is not None and not self.keep_drafting(front_score, level):
+                break
             kf = front_tok.shape[0]
             with timer.phase("draft_layers"):
                 # a node at depth d is fed at position length + d - 1; the frontier has d = level

@@ -120,12 +120,12 @@ def conversations(args, folder: Path) -> list[list[dict]]:
 
 def export(src: Path, out: Path, target=None) -> Path:
     """The head of a checkpoint in fp16; with `target`, without its lm_head (which must equal the target's)."""
-    from ..head import _same_values
+    from ..head import same_values
     from ..head3 import load_eagle3, save_eagle3
 
     folder = src / "head" if (src / "head" / "config.json").is_file() else src
     head = load_eagle3(folder, target=target, dtype=torch.float32)
-    if target is not None and not _same_values(head.lm_head.weight, target.get_output_embeddings().weight):
+    if target is not None and not same_values(head.lm_head.weight, target.get_output_embeddings().weight):
         raise ValueError(f"{folder}: the head's lm_head differs from the target's output embedding; "
                          "export it without --lm-head-from-target")
     save_eagle3(head, out, dtype=torch.float16, lm_head_from_target=target is not None)
@@ -195,7 +195,7 @@ def _train(args, argv, target, folders: list[Path], marker: list[int] | None = N
     generation prompt) finds the answer in samples cached without it."""
     from ..default_model import cache_root
     from .eagle3_train import LoopConfig, init_eagle3_from_target, resume_head, train_loop
-    from .train_head import _frequent_ids
+    from .train_data import frequent_ids
 
     val = [s for folder in folders for s in _split_samples(args, folder, True, marker)]
 
@@ -213,7 +213,7 @@ def _train(args, argv, target, folders: list[Path], marker: list[int] | None = N
     cfg = LoopConfig(steps=args.steps, lr=args.lr, batch_tokens=args.batch_tokens,
                      time_budget_s=args.train_minutes * 60, checkpoint_every_s=args.checkpoint_minutes * 60,
                      seed=args.seed, val=val, prompt_weight=args.prompt_weight)
-    frequent = _frequent_ids(args.frequent, target.config.vocab_size)
+    frequent = frequent_ids(args.frequent, target.config.vocab_size)
     result = train_loop(head, target, load_samples, frequent, cfg, run, opt_state, state,
                         log=lambda m: print(m, flush=True))
     (run / "summary.json").write_text(json.dumps({"argv": argv, "data": [str(f) for f in folders], **result},

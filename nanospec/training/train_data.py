@@ -117,3 +117,15 @@ def stdlib_sequences(tokenizer, n_tokens: int, seq_len: int) -> list[torch.Tenso
             break
     buffer = buffer[:n_tokens - n_tokens % seq_len]
     return [torch.tensor(buffer[i:i + seq_len]) for i in range(0, len(buffer), seq_len)]
+
+
+def frequent_ids(n: int, vocab: int) -> torch.Tensor:
+    """The `n` most frequent ids of the default frequency table when it fits `vocab`; else ids 0..n-1."""
+    from ..data.freq_table import load_frequency_table, top_ids
+    from ..pair import DEFAULT_FREQ
+
+    if DEFAULT_FREQ.exists():
+        counts = load_frequency_table(DEFAULT_FREQ)
+        if counts.shape[0] == vocab:
+            return top_ids(counts, n)
+    return torch.arange(min(n, vocab))

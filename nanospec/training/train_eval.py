@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from .. import metrics
 from .train_data import Sample, teacher_forced_samples
 from .train_model import full_vocab_accuracy
 
@@ -41,7 +42,7 @@ def evaluate_tau(head_dir: Path, settings: list[tuple[int, int, int]], max_new_t
     top1 = full_vocab_accuracy(engine.head, engine.model.get_input_embeddings(),
                                engine.model.get_output_embeddings().weight, answers, max_positions=10**9)
     for res in results:
-        res["tau"] = sum(res["taus"]) / max(len(res["taus"]), 1)
+        res["tau"] = metrics.mean_tau(res["taus"])  # each held-out prompt weighs the same
         res["prompts"] = len(res["taus"])
         res["answer_top1"] = top1
     return results or [{"answer_top1": top1, "prompts": len(items)}]

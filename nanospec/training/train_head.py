@@ -32,9 +32,11 @@ from pathlib import Path
 
 import torch
 
+from ..bench.compare import parse_tree_settings
 from ..head import load_head, save_head
 from ..paths import ASSETS
-from .train_data import Sample, answer_samples, generate_answers, stdlib_sequences, teacher_forced_samples
+from .train_data import (Sample, answer_samples, frequent_ids, generate_answers, stdlib_sequences,
+                         teacher_forced_samples)
 from .train_eval import evaluate_tau
 from .train_loop import train
 from .train_model import (collate, full_vocab_accuracy, head_loss, init_head_from_target, make_batches,
@@ -42,24 +44,13 @@ from .train_model import (collate, full_vocab_accuracy, head_loss, init_head_fro
 
 __all__ = ["Sample", "answer_samples", "generate_answers", "stdlib_sequences", "teacher_forced_samples",
            "evaluate_tau", "train", "collate", "full_vocab_accuracy", "head_loss", "init_head_from_target",
-           "make_batches", "sampled_vocab", "unrolled_forward", "main", "build_parser", "parse_settings"]
+           "make_batches", "sampled_vocab", "unrolled_forward", "main", "build_parser"]
 
 DEFAULT_OUT = ASSETS / "heads" / "smollm2-135m-eagle"
 CACHE_VERSION = 2
 
 
 # ---- CLI ----------------------------------------------------------------------------------------
-
-
-def parse_settings(text: str) -> list[tuple[int, int, int]]:
-    """'5x8x32,4x6x24' -> [(depth, top_k, total_tokens), ...]"""
-    try:
-        out = [tuple(int(v) for v in part.split("x")) for part in text.split(",") if part.strip()]
-    except ValueError as err:
-        raise ValueError(f"tree settings must look like 5x8x32,4x6x24 (depth x top_k x total_tokens): {text!r}") from err
-    if not out or any(len(s) != 3 for s in out):
-        raise ValueError(f"tree settings must look like 5x8x32,4x6x24 (depth x top_k x total_tokens): {text!r}")
-    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,17 +111,6 @@ def _cache_dir(args, target_name: str, part: str = "", round_: int = 0) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "key.json").write_text(key)
     return folder
-
-
-def _frequent_ids(n: int, vocab: int) -> torch.Tensor:
-    from ..data.freq_table import load_frequency_table, top_ids
-    from ..pair import DEFAULT_FREQ
-
-    if DEFAULT_FREQ.exists():
-        counts = load_frequency_table(DEFAULT_FREQ)
-        if counts.shape[0] == vocab:
-            return top_ids(counts, n)
-    return torch.arange(min(n, vocab))
 
 
 def _check_args(args) -> None:
@@ -205,7 +185,7 @@ def _train_head(args, target, train_set, val, cache: Path, show: bool, times: di
         head = load_head(args.init_head, target=target, dtype=torch.float32).train().requires_grad_(True)
     else:
         head = init_head_from_target(target, args.seed)
-    frequent = _frequent_ids(args.frequent, target.config.vocab_size)
+    frequent = frequent_ids(args.frequent, target.config.vocab_size)
     stats = {"steps": 0, "history": []}
     if args.epochs:
         stats = train(head, target, train_set, val, frequent, epochs=args.epochs, lr=args.lr,
@@ -234,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         return eagle3_main(rest)
     args = build_parser().parse_args(argv)
     _check_args(args)
-    settings = parse_settings(args.eval) if args.eval else []
+    settings = parse_tree_settings(args.eval) if args.eval else []
     torch.set_num_threads(args.threads)
     show = not args.no_progress
     if args.eval_only:

@@ -1,0 +1,286 @@
+"""Cost-aware speculation: each step verifies only the draft nodes whose expected gain pays for them.
+
+A tree method verifies every node it drafted, whatever the drafter's confidence. Where the head
+is unsure, a 22-node verification costs more than the tokens it returns. The budget keeps, per
+step, the nodes worth verifying on this device:
+
+    p_i   the chance that node i is accepted (its whole root path is): the product of calibrated
+          conditional acceptance along the path (below);
+    Δc    the marginal cost of verifying one more token, from the target's measured cost curve
+          (`CostCurve`, calibrated once per pair and device and cached);
+    λ     this request's throughput so far, tokens per ms.
+
+Maximising long-run tokens per ms means keeping node i exactly when p_i > λ·Δc (Dinkelbach's
+rule for a ratio objective: a node pays when its expected tokens exceed what its time would
+earn at the current rate). Nodes sorted by p form an ancestor-closed prefix (a child's p never
+exceeds its parent's), so the kept set is the prefix that maximises Σ(p_i − λ·Δc). It may be
+the root alone: a plain step.
+
+Calibrated acceptance, per request, by tree depth d (device tensors, no host reads):
+  head nodes   q = min(1, r_d · exp(score_i − score_parent)), r_d = (accepted_d + 2) / (predicted_d + 2):
+               the head's softmax corrected by how often its drafts at that depth were accepted;
+  copy nodes   q = (accepted_d + 1) / (tried_d + 2): how often a copied token at that depth was;
+  both         the larger of the two.
+A node is "tried" when its parent was accepted; only tried nodes teach the statistics.
+
+On a CPU the engine drops the nodes it does not keep (and the drafter stops early when no frontier
+node could pay); with a fixed shape (every GPU) the tree keeps its shape and the pruned nodes are
+disabled for acceptance instead, so deciding never reads a value on the host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .copy_branch import BOTH, COPY, HEAD, PAD
+from .tree import DraftTree
+
+log = logging.getLogger("nanospec.budget")
+
+CURVE_VERSION = 1
+CONTEXT = 256          # cached positions before the verified tokens when the curve is measured
+REPEATS = 5
+
+
+@dataclass
+class CostCurve:
+    """Median ms of one target forward over n tokens (after `CONTEXT` cached ones), per size."""
+
+    sizes: list[int]
+    ms: list[float]
+    key: dict
+
+    @property
+    def per_token_ms(self) -> float:
+        """The marginal cost of one more verified token: the least-squares slope of ms against
+        size (noise in single medians would make differences of neighbours meaningless), >= 0."""
+        n, x, y = len(self.sizes), self.sizes, self.ms
+        mx, my = sum(x) / n, sum(y) / n
+        var = sum((a - mx) ** 2 for a in x)
+        slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / var if var else 0.0
+        return max(slope, 0.0)
+
+    @property
+    def one_token_ms(self) -> float:
+        return self.ms[self.sizes.index(1)] if 1 in self.sizes else self.ms[0]
+
+    def describe(self) -> str:
+        points = ", ".join(f"{s}: {m:.1f}" for s, m in zip(self.sizes, self.ms))
+        return (f"target forward ms by verified tokens ({points}); {self.per_token_ms:.2f} ms per extra "
+                f"token on {self.key.get('device', '?')}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CostCurve":
+        sizes, ms, key = d["sizes"], d["ms"], d["key"]
+        if (not isinstance(sizes, list) or not isinstance(ms, list) or len(sizes) != len(ms) or len(sizes) < 2
+                or not all(isinstance(s, int) and s >= 1 for s in sizes)
+                or not all(isinstance(m, (int, float)) and m > 0 for m in ms) or not isinstance(key, dict)):
+            raise ValueError("sizes and ms must be lists of the same length (>= 2) of positive numbers")
+        return cls([int(s) for s in sizes], [float(m) for m in ms], key)
+
+
+def curve_key(model, device: torch.device, packed: bool) -> dict:
+    """What a cost curve was measured for: another pair, dtype, device, thread count or torch makes it stale."""
+    cfg = model.config
+    conf = cfg.to_json_string(use_diff=False) if hasattr(cfg, "to_json_string") else repr(cfg)
+    dev = torch.device(device)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    return {"version": CURVE_VERSION, "model": str(getattr(cfg, "_name_or_path", "") or type(model).__name__),
+            "config": hashlib.sha256(conf.encode()).hexdigest()[:16], "dtype": str(next(model.parameters()).dtype),
+            "device": f"{dev.type}:{name}", "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "packed": bool(packed)}
+
+
+def curve_sizes(max_nodes: int) -> list[int]:
+    """Sizes measured: 1, 2, 4, ... up to the largest tree (at least 16, so the slope has a range)."""
+    top = max(16, max_nodes)
+    sizes, n = [1], 2
+    while n < top:
+        sizes.append(n)
+        n *= 2
+    return sizes + [top]
+
+
+@torch.inference_mode()
+def measure_cost_curve(model, device, sizes: list[int], key: dict, context: int = CONTEXT,
+                       repeats: int = REPEATS) -> CostCurve:
+    """Time the target's forward over each size, interleaved across sizes, median of `repeats`."""
+    from .kv import crop_cache, new_cache
+    from .timing import sync
+    from .verify import target_forward
+
+    context = max(1, min(context, int(getattr(model.config, "max_position_embeddings", 1 << 30)) - max(sizes) - 1))
+    vocab = int(model.config.vocab_size)
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
+    cache = new_cache()
+    target_forward(model, prefix, torch.arange(context, device=device)[None], cache, with_logits=False)
+    top = max(sizes)
+    tokens = torch.randint(0, vocab, (1, top), generator=gen).to(device)
+    causal = torch.ones(top, top, dtype=torch.bool, device=device).tril()
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for rep in range(repeats + 1):  # the first round warms up
+        for n in sizes:
+            mask = torch.cat([torch.ones(n, context, dtype=torch.bool, device=device), causal[:n, :n]], 1)[None, None]
+            pos = torch.arange(context, context + n, device=device)[None]
+            sync(device)
+            t0 = time.perf_counter()
+            target_forward(model, tokens[:, :n], pos, cache, mask)
+            sync(device)
+            if rep:
+                times[n].append((time.perf_counter() - t0) * 1e3)
+            crop_cache(cache, context)
+    return CostCurve(list(sizes), [statistics.median(times[n]) for n in sizes], key)
+
+
+def curve_path(key: dict, root: Path | None = None) -> Path:
+    """One file per pair (model and its config) and device kind; the rest of the key is checked inside."""
+    if root is None:
+        from .default_model import cache_root
+        root = cache_root()
+    ident = hashlib.sha256(f"{key['model']}|{key['config']}|{key['device']}".encode()).hexdigest()[:16]
+    return Path(root) / "cost" / f"{ident}.json"
+
+
+def load_or_measure(model, device, packed: bool, max_nodes: int, root: Path | None = None) -> CostCurve:
+    """The cached curve when it matches this pair, device and settings; otherwise measure it (a few
+    seconds), say why in a log line, and cache it. A missing, stale or malformed file is never trusted."""
+    key = curve_key(model, device, packed)
+    sizes = curve_sizes(max_nodes)
+    path = curve_path(key, root)
+    why = "none cached"
+    if path.exists():
+        try:
+            curve = CostCurve.from_dict(json.loads(path.read_text()))
+            if curve.key != key:
+                changed = sorted(k for k in key if curve.key.get(k) != key[k])
+                why = f"the cached one is stale ({', '.join(changed)} changed)"
+            elif max(curve.sizes) < max(sizes):
+                why = f"the cached one stops at {max(curve.sizes)} tokens; trees here reach {max(sizes)}"
+            else:
+                return curve
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            why = f"the cached file {path.name} is unreadable ({exc})"
+    log.warning("nanospec: measuring the target's cost curve for the draft budget (%s)", why)
+    curve = measure_cost_curve(model, device, sizes, key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(curve.to_dict(), indent=1))
+    except OSError as exc:
+        log.warning("nanospec: could not cache the cost curve in %s (%s); it will be measured again", path, exc)
+    return curve
+
+
+class DraftBudget:
+    """One request's budget: acceptance statistics on the device and its throughput on the host."""
+
+    PRIOR_STEPS = 2.0  # weight of the curve's one-token rate in λ before the request has a history
+
+    def __init__(self, curve: CostCurve, max_depth: int, device: torch.device):
+        self.curve = curve
+        self.per_token_ms = curve.per_token_ms
+        d = max_depth + 1
+        z = lambda: torch.zeros(d, device=device)  # noqa: E731
+        self.head_pred, self.head_acc, self.copy_tried, self.copy_acc = z(), z(), z(), z()
+        self.tokens = 0
+        self.ms = 0.0
+        self.max_depth = max_depth
+
+    # -- host: the request's throughput -------------------------------------------------
+    @property
+    def rate(self) -> float:
+        """λ, tokens per ms: this request's so far, starting from one token per one-token forward."""
+        w = self.PRIOR_STEPS
+        return (self.tokens + w) / (self.ms + w * self.curve.one_token_ms)
+
+    @property
+    def threshold(self) -> float:
+        """The acceptance chance a node needs to pay for its verification (λ·Δc)."""
+        return self.rate * self.per_token_ms
+
+    def observe(self, n_tokens: int, wall_ms: float) -> None:
+        self.tokens += n_tokens
+        self.ms += wall_ms
+
+    # -- device: acceptance chances ------------------------------------------------------
+    def _ratio(self) -> torch.Tensor:
+        return (self.head_acc + 2.0) / (self.head_pred + 2.0)
+
+    def _copy_rate(self) -> torch.Tensor:
+        return (self.copy_acc + 1.0) / (self.copy_tried + 2.0)
+
+    def _raw_q(self, tree: DraftTree) -> torch.Tensor:
+        par = tree.parents.clamp(min=0)
+        return torch.exp((tree.scores - tree.scores[par]).clamp(max=0.0))
+
+    def node_probs(self, tree: DraftTree) -> torch.Tensor:
+        """[T] chance that each node is accepted (1 for the root, 0 for PAD nodes)."""
+        d = tree.depths.clamp(max=self.max_depth)
+        head_q = (self._ratio()[d] * self._raw_q(tree)).clamp(max=1.0)
+        copy_q = self._copy_rate()[d]
+        src = tree.sources if tree.sources is not None else torch.where(tree.depths > 0, HEAD, 0)
+        q = torch.where(src == COPY, copy_q, torch.where(src == BOTH, torch.maximum(head_q, copy_q), head_q))
+        q = torch.where(src == PAD, torch.zeros_like(q), q)
+        q = torch.where(tree.depths == 0, torch.ones_like(q), q)
+        logq = torch.log(q.clamp(min=1e-6))
+        return torch.exp(tree.ancestors.to(logq.dtype) @ logq)
+
+    def frontier_worth_drafting(self, front_scores: torch.Tensor, level: int) -> torch.Tensor:
+        """Whether any frontier node (cumulative head log-probs at depth `level`) could still be worth
+        verifying, i.e. its children could: their chance is at most the parent's (a device bool)."""
+        boost = self._ratio()[1: level + 1].clamp(min=1.0).prod()
+        best = (torch.exp(front_scores.max()) * boost).clamp(max=1.0)
+        return best > self.threshold
+
+    def select(self, tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
+        """([T] bool kept nodes, [] expected tokens of the kept tree incl. the bonus)."""
+        p = self.node_probs(tree)
+        t = p.shape[0]
+        order = torch.sort(p, descending=True, stable=True).indices  # the root first (p = 1, index 0)
+        ps = p[order]
+        gain = torch.cumsum(ps[1:] - self.threshold, 0)
+        best = torch.argmax(torch.cat([torch.zeros(1, device=p.device, dtype=gain.dtype), gain]))
+        rank_kept = torch.arange(t, device=p.device) <= best
+        keep = torch.zeros(t, dtype=torch.bool, device=p.device).scatter(0, order, rank_kept)
+        keep = keep & (tree.sources != PAD if tree.sources is not None else True)
+        expected = (ps * rank_kept).sum()
+        return keep, expected
+
+    def learn(self, tree: DraftTree, enabled: torch.Tensor, on_path: torch.Tensor) -> None:
+        """After acceptance: every enabled node whose parent was accepted was tried; count by depth."""
+        par = tree.parents.clamp(min=0)
+        tried = enabled & on_path[par] & (tree.depths > 0)
+        d = tree.depths.clamp(max=self.max_depth)
+        src = tree.sources if tree.sources is not None else torch.where(tree.depths > 0, HEAD, 0)
+        head = tried & ((src == HEAD) | (src == BOTH))
+        copy = tried & ((src == COPY) | (src == BOTH))
+        acc = on_path.to(self.head_acc.dtype)
+        self.head_pred.index_add_(0, d, self._raw_q(tree) * head)
+        self.head_acc.index_add_(0, d, acc * head)
+        self.copy_tried.index_add_(0, d, copy.to(acc.dtype))
+        self.copy_acc.index_add_(0, d, acc * copy)
+
+
+def keep_nodes(tree: DraftTree, keep: torch.Tensor) -> DraftTree:
+    """The tree without the nodes not kept (an ancestor-closed set), parents re-indexed. Its
+    boolean mask reads the tensor, so the engine calls this on a CPU only."""
+    if bool(keep.all()):
+        return tree
+    new_index = torch.cumsum(keep.to(torch.long), 0) - 1
+    parents = tree.parents[keep]
+    parents = torch.where(parents >= 0, new_index[parents.clamp(min=0)], parents)
+    return DraftTree(tokens=tree.tokens[keep], parents=parents, depths=tree.depths[keep],
+                     scores=tree.scores[keep], in_active=tree.in_active[keep],
+                     sources=tree.sources[keep] if tree.sources is not None else None,
+                     ancestors=tree.ancestors[keep][:, keep])

@@ -1,0 +1,246 @@
+"""The cost-aware draft budget (budget.py): what it keeps, what it learns, its cost curve's cache,
+and that a budgeted tree stays lossless (greedy) on both tree shapes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+
+import pytest
+import torch
+
+from nanospec import budget as budget_mod
+from nanospec.budget import CostCurve, DraftBudget, keep_nodes, load_or_measure
+from nanospec.config import METHODS
+from nanospec.copy_branch import BOTH, COPY, HEAD, PAD, ROOT
+from nanospec.engine import SpecEngine
+from nanospec.tree import DraftTree, select_tree
+
+from .conftest import DEVICE
+from .oracle import OracleDrafter
+
+SPEC_METHODS = [m for m in METHODS if m != "ar"]
+SMALL = dict(capacity=256, static_size=4096, core_size=128)
+
+
+def steep_curve(per_token: float = 3.0, base: float = 10.0) -> CostCurve:
+    """A made-up device where every verified token costs `per_token` ms more: the budget prunes."""
+    sizes = [1, 2, 4, 8, 16, 32]
+    return CostCurve(sizes, [base + per_token * n for n in sizes], {"device": "test"})
+
+
+def random_tree(seed: int, n: int = 7, sources: bool = False) -> DraftTree:
+    g = torch.Generator().manual_seed(seed)
+    parents = [-1] + [int(torch.randint(0, i, (1,), generator=g)) - 1 for i in range(1, n + 1)]
+    # candidate i's parent is a candidate before it (or the root, -1); scores fall along paths
+    logq = -torch.rand(n, generator=g) * 3
+    scores = torch.zeros(n)
+    for i in range(n):
+        p = parents[i + 1]
+        scores[i] = logq[i] + (scores[p] if p >= 0 else 0.0)
+    tree = select_tree(torch.arange(10, 10 + n), torch.tensor(parents[1:]), scores, torch.ones(n, dtype=torch.bool),
+                       torch.tensor([1]), True, n)
+    if sources:
+        tree.sources = torch.tensor([ROOT] + [[HEAD, COPY, BOTH][i % 3] for i in range(n)])
+    return tree
+
+
+def with_threshold(b: DraftBudget, threshold: float) -> DraftBudget:
+    """Set the request's throughput so that λ·Δc equals `threshold`."""
+    b.tokens, b.ms = threshold / b.per_token_ms * 1e6 - b.PRIOR_STEPS, 1e6 - b.PRIOR_STEPS * b.curve.one_token_ms
+    assert b.threshold == pytest.approx(threshold, rel=1e-6)
+    return b
+
+
+def closed_subsets(parents: list[int]):
+    """Every node set that holds the root and each member's parent."""
+    t = len(parents)
+    for bits in itertools.product([False, True], repeat=t - 1):
+        keep = [True, *bits]
+        if all(not keep[i] or keep[parents[i]] for i in range(1, t)):
+            yield keep
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("threshold", [0.0, 0.05, 0.2, 0.6, 2.0])
+def test_select_keeps_the_best_ancestor_closed_set(seed, threshold):
+    tree = random_tree(seed, sources=seed % 2 == 1)
+    b = with_threshold(DraftBudget(steep_curve(), 8, torch.device("cpu")), threshold)
+    keep, expected = b.select(tree)
+    p = b.node_probs(tree)
+    parents = tree.parents.tolist()
+    kept = keep.tolist()
+    assert kept[0], "the root is always verified"
+    assert all(not kept[i] or kept[parents[i]] for i in range(1, len(kept))), "a kept node's parent was pruned"
+    # brute force: no ancestor-closed set earns more expected tokens net of their cost
+    value = lambda ks: sum(float(p[i]) - threshold for i in range(1, len(ks)) if ks[i])  # noqa: E731
+    best = max(value(ks) for ks in closed_subsets(parents))
+    assert value(kept) == pytest.approx(best, abs=1e-5)
+    assert float(expected) == pytest.approx(1 + sum(float(p[i]) for i in range(1, len(kept)) if kept[i]), abs=1e-5)
+    if threshold >= 1.0:
+        assert kept == [True] + [False] * (len(kept) - 1), "nothing can pay: a plain step"
+
+
+def test_probabilities_follow_the_paths_and_pad_nodes_are_never_kept():
+    tree = random_tree(3, n=8)
+    tree.sources = torch.tensor([ROOT, HEAD, HEAD, COPY, BOTH, HEAD, PAD, HEAD, COPY])
+    b = DraftBudget(steep_curve(), 8, torch.device("cpu"))
+    p = b.node_probs(tree)
+    assert float(p[0]) == 1.0 and float(p[6]) < 1e-5
+    for i, parent in enumerate(tree.parents.tolist()):
+        if parent >= 0:
+            assert float(p[i]) <= float(p[parent]) + 1e-6, "a child is never likelier than its parent"
+    keep, _ = with_threshold(b, 0.0).select(tree)
+    assert not keep[6] and keep[[0, 1, 2, 3, 4, 5, 7, 8]].all()
+
+
+def test_learn_counts_only_tried_nodes_by_source_and_depth():
+    # root -> 1 (head) -> 3 (copy); root -> 2 (both); 1 -> 4 (head)
+    parents = torch.tensor([-1, 0, 0, 1, 1])
+    scores = torch.tensor([0.0, -0.1, -1.0, 0.0, -2.0])
+    from nanospec.tree import ancestor_mask
+    anc = ancestor_mask(parents)
+    tree = DraftTree(torch.tensor([5, 6, 7, 8, 9]), parents, anc.sum(1) - 1, scores,
+                     torch.ones(5, dtype=torch.bool), sources=torch.tensor([ROOT, HEAD, BOTH, COPY, HEAD]),
+                     ancestors=anc)
+    b = DraftBudget(steep_curve(), 4, torch.device("cpu"))
+    on_path = torch.tensor([True, True, False, True, False])
+    enabled = torch.tensor([True, True, True, True, False])    # node 4 was pruned: never tried
+    b.learn(tree, enabled, on_path)
+    q1, q2 = torch.exp(torch.tensor(-0.1)), torch.exp(torch.tensor(-1.0))
+    assert b.head_pred.tolist() == pytest.approx([0, float(q1 + q2), 0, 0, 0])
+    assert b.head_acc.tolist() == [0, 1, 0, 0, 0]
+    assert b.copy_tried.tolist() == [0, 1, 1, 0, 0] and b.copy_acc.tolist() == [0, 0, 1, 0, 0]
+
+
+def test_keep_nodes_reindexes_parents():
+    tree = random_tree(1, n=7)
+    keep = torch.zeros(8, dtype=torch.bool)
+    keep[0] = True
+    for i in range(1, 8):  # a closed set: every other node whose parent is kept
+        keep[i] = bool(keep[int(tree.parents[i])]) and i % 2 == 1
+    small = keep_nodes(tree, keep)
+    old = keep.nonzero().flatten().tolist()
+    for new_i, old_i in enumerate(old):
+        par = int(small.parents[new_i])
+        assert (par < 0 and old_i == 0) or old[par] == int(tree.parents[old_i])
+        assert int(small.depths[new_i]) == int(tree.depths[old_i])
+
+
+# -- the cost curve's cache -------------------------------------------------------------
+
+def test_cost_curve_cache_missing_stale_malformed(tiny_pair, tmp_path, monkeypatch, caplog):
+    target, _ = tiny_pair
+    calls = []
+
+    def fake_measure(model, device, sizes, key, **kw):
+        calls.append(sizes)
+        return CostCurve(list(sizes), [5.0 + n for n in sizes], key)
+
+    monkeypatch.setattr(budget_mod, "measure_cost_curve", fake_measure)
+    caplog.set_level(logging.WARNING, logger="nanospec.budget")
+    first = load_or_measure(target, DEVICE, False, 22, root=tmp_path)
+    assert len(calls) == 1 and "none cached" in caplog.text
+    assert max(first.sizes) >= 22 and first.per_token_ms == pytest.approx(1.0)
+    again = load_or_measure(target, DEVICE, False, 22, root=tmp_path)
+    assert len(calls) == 1 and again == first, "a matching cached curve is reused"
+    path = budget_mod.curve_path(first.key, tmp_path)
+    doc = json.loads(path.read_text())
+    doc["key"]["threads"] += 1
+    path.write_text(json.dumps(doc))
+    caplog.clear()
+    load_or_measure(target, DEVICE, False, 22, root=tmp_path)
+    assert len(calls) == 2 and "stale (threads changed)" in caplog.text
+    for junk in ("{not json", json.dumps({"sizes": [1, 2], "ms": [3.0], "key": {}}),
+                 json.dumps({"sizes": [1, 2], "ms": [-1.0, 2.0], "key": doc["key"]})):
+        path.write_text(junk)
+        caplog.clear()
+        load_or_measure(target, DEVICE, False, 22, root=tmp_path)
+        assert "unreadable" in caplog.text
+    assert len(calls) == 5
+    caplog.clear()
+    load_or_measure(target, DEVICE, False, 64, root=tmp_path)   # a larger tree than it was measured for
+    assert len(calls) == 6 and "stops at" in caplog.text
+
+
+def test_measure_cost_curve_times_every_size(tiny_pair):
+    target, _ = tiny_pair
+    curve = budget_mod.measure_cost_curve(target, DEVICE, [1, 2, 4], {"device": "test"}, context=8, repeats=2)
+    assert curve.sizes == [1, 2, 4] and all(m > 0 for m in curve.ms)
+
+
+# -- the engine: lossless with a budget that prunes ---------------------------------------
+
+@pytest.mark.parametrize("fixed_shape", [False, True], ids=["cpu-shape", "fixed-shape"])
+@pytest.mark.parametrize("method", SPEC_METHODS)
+def test_budgeted_greedy_equals_autoregressive(tiny_pair, frequent_ids, engine, prompts, method, fixed_shape):
+    """An oracle that drafts the truth for 2 tokens, then garbage, on a steep made-up cost curve:
+    the budget prunes nodes (fewer verified than drafted), sometimes to a plain step, and the
+    output is still the target's."""
+    target, head = tiny_pair
+    pruned = plain = 0
+    for prompt in prompts[:8]:
+        ref = engine.generate(prompt, method="ar", max_new_tokens=16)
+        eng = SpecEngine(target, None, head, frequent_ids=frequent_ids, eos_token_ids=[],
+                         drafter_factory=lambda: OracleDrafter(ref.token_ids, target.config.vocab_size, correct=2))
+        eng.use_cost_curve(steep_curve())
+        out = eng.generate(prompt, method=method, max_new_tokens=16, depth=4, top_k=3, total_tokens=12,
+                           copy_branch=4, fixed_shape=fixed_shape, budget=True, **SMALL)
+        assert out.token_ids == ref.token_ids, f"{method} with the budget diverged on {prompt[:5]}..."
+        for e in out.events[1:]:
+            assert e.drafted_nodes >= len(e.tree_tokens) and e.expected_tokens >= 1.0
+            assert e.budget_threshold > 0 and "pad" not in e.tree_sources
+            pruned += e.drafted_nodes > len(e.tree_tokens)
+            plain += len(e.tree_tokens) == 1
+    assert pruned > 0, "the budget never pruned: the test would not exercise it"
+
+
+def test_budget_zero_cost_keeps_every_node(tiny_pair, frequent_ids, engine, prompts):
+    target, head = tiny_pair
+    ref = engine.generate(prompts[0], method="ar", max_new_tokens=12)
+    eng = SpecEngine(target, None, head, frequent_ids=frequent_ids, eos_token_ids=[],
+                     drafter_factory=lambda: OracleDrafter(ref.token_ids, target.config.vocab_size))
+    eng.use_cost_curve(CostCurve([1, 2, 4, 8, 16, 32], [10.0] * 6, {"device": "test"}))
+    out = eng.generate(prompts[0], method="nanospec", max_new_tokens=12, depth=4, top_k=3, total_tokens=12,
+                       copy_branch=0, budget=True, **SMALL)
+    assert out.token_ids == ref.token_ids
+    assert all(e.drafted_nodes == len(e.tree_tokens) for e in out.events[1:])
+
+
+def test_a_hopeless_head_gives_plain_steps(tiny_pair, frequent_ids, engine, prompts):
+    """The random head's drafts are never right: with the statistics learnt, the budget stops
+    verifying them and most steps verify the root alone (one token, as `ar`)."""
+    eng = SpecEngine(tiny_pair[0], None, tiny_pair[1], frequent_ids=frequent_ids, eos_token_ids=[])
+    eng.use_cost_curve(steep_curve())
+    out = eng.generate(prompts[1], method="nanospec", max_new_tokens=24, budget=True, copy_branch=0, **SMALL)
+    ref = engine.generate(prompts[1], method="ar", max_new_tokens=24)
+    assert out.token_ids == ref.token_ids
+    sizes = [len(e.tree_tokens) for e in out.events[1:]]
+    assert sum(s == 1 for s in sizes[len(sizes) // 2:]) >= len(sizes[len(sizes) // 2:]) // 2, sizes
+
+
+def test_sampled_bonus_tokens_join_the_active_set(tiny_pair, prompts):
+    """At temperature > 0 every token the target emitted (the sampled bonus too) is in NanoSpec's
+    active set when the next tree is drafted: the root of every step is a member."""
+    eng = SpecEngine(tiny_pair[0], None, tiny_pair[1], eos_token_ids=[])
+    seen = 0
+    for seed in range(4):
+        out = eng.generate(prompts[2], method="nanospec", max_new_tokens=24, temperature=1.5, seed=seed,
+                           capacity=4096, copy_branch=0)
+        for e in out.events[1:]:
+            assert e.tree_in_active[0], f"step {e.step}: root {e.root_token} is not in the active set"
+            seen += 1
+    assert seen > 20
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_budget_fields_survive_a_trace_round_trip(tiny_pair, frequent_ids, prompts, tmp_path, suffix):
+    from nanospec.events import load_trace, save_trace
+    eng = SpecEngine(tiny_pair[0], None, tiny_pair[1], frequent_ids=frequent_ids, eos_token_ids=[])
+    eng.use_cost_curve(steep_curve())
+    out = eng.generate(prompts[0], method="nanospec", max_new_tokens=8, budget=True, **SMALL)
+    events, _, _ = load_trace(save_trace(tmp_path / f"t{suffix}", out.events, out.summary))
+    assert [(e.drafted_nodes, e.expected_tokens, e.budget_threshold) for e in events] == \
+        [(e.drafted_nodes, e.expected_tokens, e.budget_threshold) for e in out.events]
+    assert events[0].expected_tokens is None and events[1].expected_tokens >= 1.0
