@@ -39,7 +39,8 @@ from .zerogpu import active as zerogpu_active
 logger = logging.getLogger("nanospec.app")
 
 LIVE_OUTPUTS = ("answer", "kpis", "vocab_plot", "coverage_plot", "tree_plot", "phase_plot", "step",
-                "view", "csv", "json", "pair")
+                "view", "csv", "json", "depth_plot", "pair")
+PLOTS = ("vocab_plot", "coverage_plot", "tree_plot", "phase_plot", "depth_plot")  # redrawn together
 STOP_WAIT_S = 30.0  # Stop waits this long at most for the run's current step to end
 COMPARE_COLUMNS = ["method", "tokens", "tokens/s", "speedup", "τ", "mean active", "% of V", "coverage",
                    "draft ms/step", "identical to ar"]
@@ -155,11 +156,17 @@ class Explorer:
             raise fail("the model failed to load", exc) from None
 
     def _decode_steps(self, prompt, options: dict):
-        """Yields each `StepEvent`, then the `RunSummary`. Closing this generator stops the run."""
+        """Yields each `StepEvent`, then the `RunSummary`. Closing this generator stops the run. A run with
+        the draft budget first yields `{"cost_curve": ...}`: the target's cost curve the budget used
+        (`stream` measured it, or read the cache, before the run's first step)."""
         engine, _ = self.provider.get()
         run = engine.stream(prompt, **options)
         steps = iter(run)
         try:
+            if options.get("budget") and options.get("method") != "ar":
+                curve = engine.cost_curve()  # the one `stream` just made sure of: nothing is measured here
+                yield {"cost_curve": {**curve.to_dict(), "per_token_ms": curve.per_token_ms,
+                                      "text": curve.describe()}}
             yield from steps
         finally:
             steps.close()  # closes the engine's Run: decoding stops at this step
@@ -173,10 +180,10 @@ class Explorer:
 
     # -- live tab -------------------------------------------------------------------------
     def run_live(self, prompt_text, method, max_new_tokens, depth, top_k, total_tokens, temperature, top_p,
-                 seed, capacity, copy_branch=DEFAULTS["copy_branch"], progress=gr.Progress(),
-                 request: gr.Request = None):
+                 seed, capacity, copy_branch=DEFAULTS["copy_branch"], budget=DEFAULTS["budget"],
+                 progress=gr.Progress(), request: gr.Request = None):
         prompt, options = self._inputs(prompt_text, method, max_new_tokens, depth, top_k, total_tokens,
-                                       temperature, top_p, seed, capacity, copy_branch)
+                                       temperature, top_p, seed, capacity, copy_branch, budget)
         session = session_of(request)
         view = RunView(meta={"prompt": prompt, "options": options})
         live = LiveRun(view)
@@ -217,6 +224,8 @@ class Explorer:
                 for item in batch:
                     if isinstance(item, RunSummary):
                         view.summary = item
+                    elif isinstance(item, dict):  # the draft budget's cost curve (kept with the trace)
+                        view.meta.update(item)
                     else:
                         view.add(item, decoder)
                 if view.summary is not None or not view.events:
@@ -266,22 +275,25 @@ class Explorer:
         method = view.events[0].method if view.events else "ar"
         running = view.summary or summarize(view.events, method, view.wall_s, "running")
         kpis = charts.kpi_html(charts.kpi_from_summary(running))
+        kpis += charts.budget_html(view.events, view.meta.get("cost_curve"), "replayed_from" in view.meta)
         if view.stopped:
             kpis += stopped_note(view)
         skip = gr.skip()
-        figs, slider = (skip,) * 4, skip
+        out = {"answer": answer, "kpis": kpis, "step": skip, "view": view, "csv": skip, "json": skip,
+               "pair": pair if pair is not None else skip, **{name: skip for name in PLOTS}}
         if charts_too:
             frame = view.frame()
             shown = view.last_step if step is None else step
-            figs = tuple(plot_data(spec) for spec in (
-                charts.vocab_spec(frame), charts.coverage_spec(frame), charts.tree_spec(frame, shown, view.token_text),
-                charts.phase_spec(frame)))
-            slider = gr.update(maximum=max(1, view.last_step), value=shown)
-        files = (skip, skip)
+            specs = {"vocab_plot": charts.vocab_spec(frame), "coverage_plot": charts.coverage_spec(frame),
+                     "tree_plot": charts.tree_spec(frame, shown, view.token_text),
+                     "phase_plot": charts.phase_spec(frame), "depth_plot": charts.depth_spec(frame)}
+            out.update({name: plot_data(spec) for name, spec in specs.items()})
+            out["step"] = gr.update(maximum=max(1, view.last_step), value=shown)
         if downloads and view.events:
             csv_path, json_path = save_downloads(view)
-            files = (gr.update(value=str(csv_path), interactive=True), gr.update(value=str(json_path), interactive=True))
-        return (answer, kpis, *figs, slider, view, *files, pair if pair is not None else skip)
+            out["csv"] = gr.update(value=str(csv_path), interactive=True)
+            out["json"] = gr.update(value=str(json_path), interactive=True)
+        return tuple(out[name] for name in LIVE_OUTPUTS)
 
     def streamed_outputs(self, view: RunView, draw: bool, first: bool, last: dict) -> tuple:
         """Values for LIVE_OUTPUTS while a run streams: like `live_outputs`, but without `gr.skip()` or
@@ -291,7 +303,7 @@ class Explorer:
         Gradio's streaming diff then sends nothing for it. The first step resets the step slider and
         the download buttons (the previous run's files) once; the run's end sets them properly."""
         out = dict(zip(LIVE_OUTPUTS, self.live_outputs(view, charts_too=draw)))
-        plots = ("vocab_plot", "coverage_plot", "tree_plot", "phase_plot", "step")
+        plots = (*PLOTS, "step")
         if draw:  # the tree shows the latest step, and the slider says which (both only on a redraw)
             last.update({name: out[name] for name in plots})
             last["step"] = view.last_step
@@ -366,14 +378,15 @@ class Explorer:
 
     # -- compare tab ----------------------------------------------------------------------
     def run_compare(self, prompt_text, methods, max_new_tokens, depth, top_k, total_tokens, temperature, top_p,
-                    seed, capacity, copy_branch=DEFAULTS["copy_branch"], progress=gr.Progress()):
+                    seed, capacity, copy_branch=DEFAULTS["copy_branch"], budget=DEFAULTS["budget"],
+                    progress=gr.Progress()):
         chosen = [methods] if isinstance(methods, str) else list(methods or [])
         bad = [m for m in chosen if m not in METHODS]
         if bad:
             raise fail("invalid input", f"unknown methods {bad}; choose from {', '.join(METHODS[1:])}")
         methods = [m for m in METHODS[1:] if m in chosen]
         prompt, base = self._inputs(prompt_text, "ar", max_new_tokens, depth, top_k, total_tokens,
-                                    temperature, top_p, seed, capacity, copy_branch)
+                                    temperature, top_p, seed, capacity, copy_branch, budget)
         self._engine(progress)
         greedy = base["temperature"] == 0.0
         summaries: dict[str, RunSummary] = {}
@@ -439,7 +452,7 @@ class Explorer:
                 for item in batch:
                     if isinstance(item, RunSummary):
                         summary = item
-                    else:
+                    elif not isinstance(item, dict):  # a dict: the budget's cost curve, not a step
                         events.append(item)
                 if summary is None:
                     yield f"Running `{method}` ({label}): {sum(len(e.tokens) for e in events)} tokens…", None, None

@@ -472,11 +472,16 @@ def tree_spec(frame: pd.DataFrame, step: int | None = None,
         outcome = f", {n_acc} accepted, {n_kept} kept: the answer ended{end}"
     else:
         outcome = f", {n_acc} accepted + bonus" + (" (vocab miss)" if t.miss else "")
-    # two lines: the step, then what happened in it (one line would run past a half-width chart)
+    # two lines: the step, then what happened in it (one line would run past a half-width chart); a
+    # budgeted step adds what its budget kept, over two more lines
+    budget = budget_line(row)
     title = (f"Draft tree of step {int(row['step'])}<br><span style='font-size:12px'>"
-             f"{len(row['tree_tokens']) - 1} drafted" + (f" ({n_copy} on the copy chain)" if n_copy else "")
-             + html.escape(outcome) + "</span>")
-    top, bottom = MODEBAR_PX + 52, 105
+             f"{len(row['tree_tokens']) - 1} {'verified' if budget else 'drafted'}"
+             + (f" ({n_copy} on the copy chain)" if n_copy else "") + html.escape(outcome) + "</span>")
+    if budget:
+        title += ("<br><span style='font-size:11px;color:#555'>"
+                  + html.escape(budget).replace("; a node needed", ";<br>a node needed") + "</span>")
+    top, bottom = MODEBAR_PX + (52 if budget is None else 84), 105
     height = max(HEIGHT, 36 * (max(t.y) + 1.5) + top + bottom)  # ~36 px per row: a label above each node
     layout = _layout(title, showlegend=True, height=height, hovermode="closest",
                      # the legend under the axis title (~60 px below the plot area): it never grows into the title
@@ -486,6 +491,112 @@ def tree_spec(frame: pd.DataFrame, step: int | None = None,
                      xaxis=dict(title=dict(text="depth"), dtick=1, range=[-0.4, max(t.x) + 0.6], zeroline=False),
                      yaxis=dict(visible=False, range=[max(t.y) + 0.6, -0.9]))  # reversed: first leaf on top
     return {"data": data, "layout": layout}
+
+
+# -- the draft budget ---------------------------------------------------------------------
+def _number(value) -> float | None:
+    """A float, or None for a missing value (a frame holds NaN where an event held None)."""
+    if value is None:
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def _chance(p: float) -> str:
+    return f"{p:.3g}"
+
+
+def is_budgeted(row: Mapping) -> bool:
+    """The step ran under the cost-aware draft budget (`StepEvent.budget_threshold` is set; prefill,
+    `ar` and runs without the budget leave it None)."""
+    return _number(row.get("budget_threshold")) is not None and (_number(row.get("drafted_nodes")) or 0) > 0
+
+
+def budget_line(row: Mapping) -> str | None:
+    """What the draft budget did in one step (a frame row or `StepEvent.to_dict()`), or None for a step
+    without it. Node counts leave out the root (the last emitted token, verified every step)."""
+    if not is_budgeted(row):
+        return None
+    verified, drafted = len(row["tree_tokens"]) - 1, int(row["drafted_nodes"]) - 1
+    threshold = _chance(_number(row["budget_threshold"]))
+    if verified == 0:
+        return f"nothing drafted paid for its verification: a plain step (a node needed p > {threshold})"
+    expected = _number(row.get("expected_tokens"))
+    exp = f"; expected {expected:.2f} tokens" if expected is not None else ""
+    return (f"verified {verified} of {drafted} drafted nodes{exp}; a node needed p > {threshold} to pay for "
+            "its verification")
+
+
+def budget_html(events: Sequence, curve: Mapping | None = None, replayed: bool = False) -> str:
+    """The line under the KPIs of a run with the draft budget ("" for a run without it): the cost of one
+    more verified token from the target's cost curve (`curve`: what the live run recorded from
+    `SpecEngine.cost_curve()`, absent from CSV traces), and what the budget kept over the run."""
+    steps = [e for e in events if e.step > 0 and e.budget_threshold is not None and e.drafted_nodes > 0]
+    # a replayed trace's meta is whatever the file held: a curve without a number is left out
+    curve = curve if isinstance(curve, Mapping) and _number(curve.get("per_token_ms")) is not None else None
+    if not steps and not curve:
+        return ""
+    parts = []
+    if curve:
+        key = curve.get("key") if isinstance(curve.get("key"), Mapping) else {}
+        device = str(key.get("device", "")).split(":", 1)[-1] or "?"
+        where = "the device that recorded this trace" if replayed else "this device"
+        ms = _number(curve["per_token_ms"])
+        parts.append(f"<span title='{html.escape(str(curve.get('text', '')), quote=True)}'>cost per extra verified "
+                     f"token: <b>{ms:.2f} ms</b> (measured on {where}: {html.escape(device)})</span>")
+    if steps:
+        verified = sum(len(e.tree_tokens) - 1 for e in steps)
+        drafted = sum(e.drafted_nodes - 1 for e in steps)
+        plain = sum(len(e.tree_tokens) == 1 for e in steps)
+        parts.append(f"verified {verified:,} of {drafted:,} drafted nodes over {len(steps)} steps, "
+                     f"{plain} of them plain steps (nothing drafted paid for its verification)")
+    return ('<p class="budget-note" id="budget-note" style="margin:6px 2px;font-size:0.9em">'
+            "<b>Draft budget on</b> · " + " · ".join(parts) + "</p>")
+
+
+def depth_spec(frame: pd.DataFrame) -> dict:
+    """The run's acceptance rate by draft position: for each depth d, the share of decode steps that
+    accepted at least d drafted tokens (`metrics.accepted_depth_counts`, entry d / entry 0; counts in
+    the hover), with the share of steps whose verified tree reached depth d (a budget may stop short)."""
+    title = ("Acceptance by draft position<br><span style='font-size:12px'>bar d: decode steps that accepted "
+             "at least d drafted tokens</span>")
+    decode = _decode_rows(frame)
+    if decode.empty:
+        return _empty_spec(title, "no decode steps yet")
+    if (decode["method"] == "ar").all():
+        return _empty_spec(title, "no drafts in plain decoding (ar): every step emits the target's own token")
+    accepted = [int(n) for n in decode["n_accepted"]]
+    deepest = [max(depths) for depths in decode["tree_depths"]]
+    counts = metrics.accepted_depth_counts(accepted, max_depth=max([*deepest, *accepted]))
+    steps = counts[0]
+    positions = list(range(1, len(counts)))
+    if not positions:
+        return _empty_spec(title, "nothing drafted was verified yet: every step was a plain step")
+    reached = [sum(d >= pos for d in deepest) for pos in positions]
+    data = [
+        dict(type="bar", x=positions, y=[100.0 * c / steps for c in counts[1:]], name="accepted at this position",
+             marker=dict(color=ORIGIN_COLORS[ACCEPTED]), customdata=[[c, steps] for c in counts[1:]],
+             text=[f"{100.0 * c / steps:.0f}%" for c in counts[1:]], textposition="outside", cliponaxis=False,
+             hovertemplate="draft position %{x}: accepted in %{customdata[0]} of %{customdata[1]} decode steps "
+                           "(%{y:.1f}%)<extra></extra>"),
+        dict(type="scatter", x=positions, y=[100.0 * r / steps for r in reached], name="verified tree reached it",
+             mode="lines+markers", line=dict(color="#3b6fd8", width=2, dash="dot"), marker=dict(size=7),
+             customdata=[[r, steps] for r in reached],
+             hovertemplate="draft position %{x}: verified in %{customdata[0]} of %{customdata[1]} decode steps "
+                           "(%{y:.1f}%)<extra></extra>"),
+    ]
+    layout = _layout(title, bargap=0.3, margin=dict(l=60, r=20, t=MODEBAR_PX + 78, b=44),
+                     xaxis=dict(title=dict(text="draft position (depth in the tree)"), tickmode="linear", tick0=1,
+                                dtick=1, tickformat="d"),
+                     yaxis=dict(title=dict(text="% of decode steps"), range=[0, 112], ticksuffix="%"))
+    return {"data": data, "layout": layout}
+
+
+def depth_figure(frame: pd.DataFrame) -> go.Figure:
+    return go.Figure(depth_spec(frame))
 
 
 def vocab_figure(frame: pd.DataFrame) -> go.Figure:

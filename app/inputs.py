@@ -5,32 +5,29 @@ from __future__ import annotations
 import math
 import re
 
-from nanospec.config import TreeConfig, VocabConfig, default_tree
 from nanospec.data.prompts import CATEGORIES, load_prompts
+from nanospec.options import METHODS, OPTIONS, run_defaults
 
-METHODS = ("ar", "full", "static", "nanospec", "hybrid")
 SPEC_METHODS = METHODS[1:]
-# slider bounds; the engine validates again (anything can arrive through the API)
-LIMITS = {
-    "max_new_tokens": (1, 512), "depth": (1, 12), "top_k": (1, 16), "total_tokens": (2, 128),
-    "temperature": (0.0, 2.0), "top_p": (0.05, 1.0), "capacity": (64, 16384), "copy_branch": (0, 16),
-}
-_TREE, _VOCAB = TreeConfig(), VocabConfig()
-DEFAULTS = {"method": "nanospec", "max_new_tokens": 64, "depth": _TREE.depth, "top_k": _TREE.top_k,
-            "total_tokens": _TREE.total_tokens, "temperature": 0.0, "top_p": 1.0, "seed": 0,
-            "capacity": _VOCAB.capacity, "copy_branch": _TREE.copy_branch}
+# the knobs the page offers, in the order the callbacks and the API take them
+KNOBS = ("method", "max_new_tokens", "depth", "top_k", "total_tokens", "temperature", "top_p", "seed",
+         "capacity", "copy_branch", "budget")
+# slider bounds: the option table's ranges for a shared front end (the engine validates again:
+# anything can arrive through the API)
+LIMITS = {name: OPTIONS[name].ui for name in KNOBS if OPTIONS[name].ui}
+APP_MAX_NEW_TOKENS = 64  # the page's starting answer length (the engine's own default is longer)
 
 
 def defaults_for(device) -> dict:
-    """The page's starting values on `device`: the tree the engine picks there when none is set
-    (3x4x12 + copy 10 on a CPU, 6x10x60 + copy 0 on a GPU; `nanospec.config.default_tree`), everything
-    else as `DEFAULTS`."""
-    tree = default_tree(device)
-    return {**DEFAULTS, "depth": tree.depth, "top_k": tree.top_k, "total_tokens": tree.total_tokens,
-            "copy_branch": tree.copy_branch}
+    """The page's starting values on `device`: what a run there gets when the caller sets nothing
+    (`nanospec.options.run_defaults`: 3x4x12 + copy 10 + the draft budget on a CPU, 6x10x60 with
+    neither on a GPU), with the page's shorter answer length."""
+    every = run_defaults(device)
+    return {**{name: every[name] for name in KNOBS}, "max_new_tokens": APP_MAX_NEW_TOKENS}
 
 
-INT_OPTIONS = ("max_new_tokens", "depth", "top_k", "total_tokens", "capacity", "seed", "copy_branch")
+DEFAULTS = defaults_for("cpu")
+INT_OPTIONS = tuple(name for name in KNOBS if OPTIONS[name].type is int)
 
 _ROLE_LINE = re.compile(r"^(system|user|assistant):[ \t]?", re.IGNORECASE)
 
@@ -94,26 +91,30 @@ def _as_int(name: str, value):
 
 
 def generation_options(method, max_new_tokens, depth, top_k, total_tokens, temperature, top_p, seed,
-                       capacity, copy_branch=DEFAULTS["copy_branch"]) -> dict:
-    """Keyword options for `SpecEngine.stream` (the engine validates the ranges)."""
+                       capacity, copy_branch=DEFAULTS["copy_branch"], budget=DEFAULTS["budget"]) -> dict:
+    """Keyword options for `SpecEngine.stream` (the engine validates the ranges). `budget`: the
+    cost-aware draft budget (`TreeConfig.budget`), True or False (None: the engine's default)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
     opts = {"method": method, "max_new_tokens": max_new_tokens, "depth": depth, "top_k": top_k,
             "total_tokens": total_tokens, "temperature": temperature, "top_p": top_p,
             "seed": DEFAULTS["seed"] if seed is None else seed, "capacity": capacity,
-            "copy_branch": DEFAULTS["copy_branch"] if copy_branch is None else copy_branch}
+            "copy_branch": DEFAULTS["copy_branch"] if copy_branch is None else copy_branch,
+            "budget": DEFAULTS["budget"] if budget is None else budget}
     for name in INT_OPTIONS:
         opts[name] = _as_int(name, opts[name])
     for name in ("temperature", "top_p"):
         if isinstance(opts[name], bool) or not isinstance(opts[name], (int, float)):
             raise ValueError(f"{name} must be a number; got {opts[name]!r}")
         opts[name] = float(opts[name])
+    if not isinstance(opts["budget"], bool):  # a checkbox sends a bool; the API may send anything
+        raise ValueError(f"budget must be true or false; got {opts['budget']!r}")
+    seed = opts["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise ValueError(f"seed must be an integer in [0, 2^31); got {seed!r}")
     # the app's own bounds (a shared Space should not run a million tokens); the engine checks types
     for name, (lo, hi) in LIMITS.items():
         value = opts[name]
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not lo <= value <= hi:
             raise ValueError(f"{name} must be in [{lo}, {hi}] in this app; got {value!r}")
-    seed = opts["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        raise ValueError(f"seed must be an integer in [0, 2^31); got {seed!r}")
     return opts

@@ -23,6 +23,7 @@ Speculative decoding where the drafter scores only a small, context-chosen slice
 Pick a prompt and a method, press **Run**, and watch each decoding step: which tokens the drafter got right,
 how big its vocabulary is, where it missed and where the time goes. Output is lossless for every method."""
 
+BUDGET_HELP = "verify only the drafted nodes that pay for their verification on this device"
 METHOD_HELP = ("ar = plain autoregressive · full = EAGLE-2 tree over all V tokens · static = top-N frequent tokens "
                "(FR-Spec) · nanospec = in-context set · hybrid = in-context set ∪ frequent core")
 
@@ -70,7 +71,9 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                         capacity = _slider("capacity", "NanoSpec capacity (in-context set size limit)", step=64)
                         copy_branch = _slider("copy_branch", "copy branch: prompt-lookup tokens added to the "
                                               "tree (0 = off)", defaults=start, elem_id="copy-branch")
-        knobs = [max_new, depth, top_k, total, temperature, top_p, seed, capacity, copy_branch]
+                        budget = gr.Checkbox(value=start["budget"], label="draft budget", info=BUDGET_HELP,
+                                             elem_id="budget")
+        knobs = [max_new, depth, top_k, total, temperature, top_p, seed, capacity, copy_branch, budget]
 
         with gr.Tabs() as tabs:
             with gr.Tab("Live", id="live"):
@@ -86,7 +89,10 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                         tree_plot = gr.Plot(label="Draft tree", elem_id="tree-plot", show_label=False)
                         step = Slider(0, 1, value=0, step=1, label="step shown in the tree (0 = prefill)",
                                          elem_id="step-slider")
-                    phase_plot = gr.Plot(label="Time breakdown", elem_id="phase-plot", show_label=False)
+                    with gr.Column():
+                        phase_plot = gr.Plot(label="Time breakdown", elem_id="phase-plot", show_label=False)
+                        depth_plot = gr.Plot(label="Acceptance by draft position", elem_id="depth-plot",
+                                             show_label=False)
                 with gr.Row(equal_height=False):
                     vocab_plot = gr.Plot(label="Active vocabulary", elem_id="vocab-plot", show_label=False)
                     coverage_plot = gr.Plot(label="Coverage", elem_id="coverage-plot", show_label=False)
@@ -125,7 +131,7 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
         # -- wiring ----------------------------------------------------------------------------
         named = {"answer": answer, "kpis": kpis, "vocab_plot": vocab_plot, "coverage_plot": coverage_plot,
                  "tree_plot": tree_plot, "phase_plot": phase_plot, "step": step, "view": view, "csv": csv_btn,
-                 "json": json_btn, "pair": pair_md}
+                 "json": json_btn, "pair": pair_md, "depth_plot": depth_plot}
         live_outputs = [named[name] for name in LIVE_OUTPUTS]
         # Stop tells the run to end after its current step; the run then sends its last values itself
         # (a Gradio cancel would race the run's last streamed values against Stop's: see `LiveRun`)

@@ -1,7 +1,8 @@
 """NanoSpec: lossless tree speculative decoding with a per-request in-context draft vocabulary.
 
 The public API is what this package exports (below) plus these documented submodules:
-`nanospec.config` (the configs), `nanospec.metrics` (τ, coverage, speedup, identical-to-ar and
+`nanospec.config` (the configs), `nanospec.options` (every run option declared once, and
+`run_defaults(device)`: what a run gets when the caller sets nothing), `nanospec.metrics` (τ, coverage, speedup, identical-to-ar and
 token origins, each defined once), `nanospec.events` (step events, summaries, the trace format),
 `nanospec.timing` (phase names), `nanospec.pair` (`load_pair`: target + head + frequency table),
 `nanospec.paths` (`ASSETS`), `nanospec.presets` (pair presets: `load_presets`, `get_preset`),

@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from .config import METHODS, GenerationConfig, TreeConfig, VocabConfig, default_tree
+from .config import GenerationConfig
+from .options import METHODS, OPTIONS, Option, run_defaults
 
 
 def _progress_bar():
@@ -35,69 +36,101 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
-    t, v = TreeConfig(), VocabConfig()
-    cpu, gpu = default_tree("cpu"), default_tree("cuda")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    for name in ("depth", "top_k", "total_tokens"):
-        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
-                       help=f"draft tree (default {getattr(cpu, name)} on CPU, {getattr(gpu, name)} on CUDA)")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--capacity", type=int, default=v.capacity)
-    p.add_argument("--static-size", type=int, default=v.static_size)
-    p.add_argument("--core-size", type=int, default=v.core_size)
-    p.add_argument("--ctx-topk", type=int, default=v.ctx_topk,
-                   help="nanospec/hybrid: the target's top-k added per prompt position (Ctx) and per tree node (Ext)")
-    p.add_argument("--copy-branch", type=_int_list, default=None, metavar="N[,N...]",
-                   help="tree methods: add the context-copy chain (prompt lookup) of up to N tokens to every "
-                        f"draft tree, 0 = off (default: {t.copy_branch} on a CPU, "
-                        f"{default_tree('cuda').copy_branch} on a GPU); compare and sweep take a comma-separated "
-                        "list and run each")
-    p.add_argument("--copy-ngram", type=int, default=t.copy_ngram,
-                   help="copy branch: longest n-gram matched (then shorter ones, as transformers' prompt lookup)")
-    p.add_argument("--budget", choices=("on", "off", "both"), default=None,
-                   help="tree methods: the cost-aware draft budget, which verifies each step only the nodes whose "
-                        "calibrated acceptance chance pays for their verification on this device "
-                        f"(default: {'on' if t.budget else 'off'}); compare takes 'both' and runs each")
-    p.add_argument("--fixed-shape", action="store_true",
-                   help="verify the same number of tree nodes every step (the copy chain's unused slots as PAD "
-                        "nodes), as a GPU always does; a CPU otherwise drops them first")
+    """One flag per run option of the table (`options.OPTIONS`), with its type, bounds, help and
+    default; an option whose default depends on the device is left None here and filled by
+    `_fill_defaults` once the device is known."""
+    for opt in OPTIONS.values():
+        if opt.cli == "none":
+            continue
+        flag = f"--{opt.name.replace('_', '-')}"
+        default = None if opt.per_device else opt.default
+        if opt.cli == "flag":
+            p.add_argument(flag, action="store_true", help=f"{opt.help} (default: off)")
+        elif opt.cli == "switch":
+            p.add_argument(flag, choices=("on", "off", "both"), default=None if default is None else _on_off(default),
+                           help=f"{opt.help} (default: {_default_text(opt, _on_off)}); compare takes 'both' and "
+                                "runs each")
+        elif opt.cli == "list":
+            p.add_argument(flag, type=_value_list(opt), default=None if default is None else [default],
+                           metavar="N[,N...]",
+                           help=f"{opt.help}; {opt.allowed()} (default: {_default_text(opt)}); compare and sweep "
+                                "take a comma-separated list and run each")
+        else:
+            p.add_argument(flag, type=_value(opt), default=default, metavar=_metavar(opt),
+                           help=f"{opt.help}; {opt.allowed()} (default: {_default_text(opt)})")
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, e.g. 0,4; got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"
 
 
-def _fill_tree(a, device) -> None:
-    """Tree options left unset take the device's default tree."""
-    tree = default_tree(device)
-    for name in ("depth", "top_k", "total_tokens"):
-        if getattr(a, name) is None:
-            setattr(a, name, getattr(tree, name))
-    if a.copy_branch is None:
-        a.copy_branch = [tree.copy_branch]
+def _default_text(opt: Option, show=str) -> str:
+    if not opt.per_device:
+        return show(opt.default)
+    return f"{show(opt.default)} on a CPU, {show(opt.cuda)} on a GPU"
+
+
+def _metavar(opt: Option) -> str:
+    return "{" + ",".join(map(str, opt.choices)) + "}" if opt.choices else {int: "N", float: "X"}.get(opt.type, "V")
+
+
+def _value(opt: Option):
+    """argparse `type` for one option: parse the text, then check it against the table's bounds, so a
+    bad value is an argparse error naming the flag and what is allowed."""
+    def parse(text: str):
+        if opt.nullable and text.strip().lower() == "none":
+            return None
+        try:
+            value = opt.type(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{opt.name} must be {opt.allowed()}; got {text!r}") from None
+        try:
+            opt.check(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+    return parse
+
+
+def _value_list(opt: Option):
+    """argparse `type` for a comma-separated list of one option's values ('0,4,10')."""
+    one = _value(opt)
+
+    def parse(text: str) -> list:
+        values = [one(x.strip()) for x in text.split(",") if x.strip()]
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected at least one value for {opt.name}, e.g. 0,4")
+        return values
+    return parse
+
+
+def _fill_defaults(a, device) -> None:
+    """Run options whose default depends on the device and that the command line left unset take
+    `run_defaults(device)` (the others have their default from the parser)."""
+    defaults = run_defaults(device)
+    for opt in OPTIONS.values():
+        if opt.cli == "none" or not opt.per_device or getattr(a, opt.name) is not None:
+            continue
+        value = defaults[opt.name]
+        setattr(a, opt.name, [value] if opt.cli == "list" else _on_off(value) if opt.cli == "switch" else value)
 
 
 def _decode_options(a) -> dict:
-    return dict(max_new_tokens=a.max_new_tokens, depth=a.depth, top_k=a.top_k, total_tokens=a.total_tokens,
-                temperature=a.temperature, top_p=a.top_p, seed=a.seed, capacity=a.capacity,
-                static_size=a.static_size, core_size=a.core_size, ctx_topk=a.ctx_topk,
-                copy_branch=(a.copy_branch or [TreeConfig().copy_branch])[0], copy_ngram=a.copy_ngram,
-                fixed_shape=a.fixed_shape, budget=(a.budget or ("on" if TreeConfig().budget else "off")) == "on")
+    """The run's flat options from the parsed flags (filled by `_fill_defaults`): a list's first value
+    (compare and sweep run the others as rows of their own), a switch's 'on' as True."""
+    out = {}
+    for opt in OPTIONS.values():
+        if opt.cli == "none":
+            continue
+        value = getattr(a, opt.name)
+        out[opt.name] = value[0] if opt.cli == "list" else value == "on" if opt.cli == "switch" else value
+    return out
 
 
 def _load(a):
     from .pair import load_pair
     engine, info = load_pair(a.model, a.head, device=a.device, dtype=a.dtype, freq_table=a.freq_table,
                              progress=_progress_bar(), pack_linears=not a.no_pack)
-    _fill_tree(a, engine.device)
     return engine, info
 
 
@@ -112,6 +145,7 @@ def cmd_generate(a) -> int:
     if a.budget == "both":
         raise ValueError("generate takes --budget on or off ('both' is for compare)")
     engine, info = _load(a)
+    _fill_defaults(a, engine.device)  # options left unset: this device's run defaults
     prompt = a.prompt if a.prompt is not None else _read_prompts(a.prompts, None)[0]
     cfg = GenerationConfig.build(a.method, **_decode_options(a))
     run = engine.stream(prompt, cfg)
@@ -147,6 +181,7 @@ def cmd_compare(a) -> int:
     items = load_prompts(a.prompts, split=a.split)[: a.limit or None]  # read once: messages and categories
     methods = _skip(methods, missing_before_load(methods, a.model, a.head, a.freq_table))  # before loading
     engine, info = _load(a)
+    _fill_defaults(a, engine.device)  # options left unset: this device's run defaults
     methods = _skip(methods, {m: engine.missing_for(m) for m in methods if engine.missing_for(m)})
     prompts = [prompt_input(item) for item in items]
     categories = [item.get("category", "-") for item in items]
@@ -215,6 +250,7 @@ def cmd_sweep(a) -> int:
     if a.budget == "both":
         raise ValueError("sweep takes --budget on or off ('both' is for compare)")
     engine, info = _load(a)
+    _fill_defaults(a, engine.device)  # options left unset: this device's run defaults
     trees = parse_tree_settings(a.trees)
     prompts = _read_prompts(a.prompts, a.split)[: a.limit or None]
     table = sweep(engine, prompts, a.method, trees, _decode_options(a), progress=_prompt_progress, repeat=a.repeat,
@@ -246,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decode_args(g)
     g.add_argument("prompt", nargs="?", default=None, help="prompt text (default: first prompt of --prompts)")
     g.add_argument("--prompts", default=None, help="JSONL prompts file")
-    g.add_argument("--method", default="nanospec", choices=METHODS)
+    g.add_argument("--method", default=OPTIONS["method"].default, choices=METHODS, help=OPTIONS["method"].help)
     g.add_argument("--stream", action="store_true", help="print tokens as each step emits them")
     g.add_argument("--trace", default=None, help="save the run's trace (.json or .csv)")
     g.set_defaults(func=cmd_generate)

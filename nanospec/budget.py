@@ -14,7 +14,8 @@ Maximising long-run tokens per ms means keeping node i exactly when p_i > λ·Δ
 rule for a ratio objective: a node pays when its expected tokens exceed what its time would
 earn at the current rate). Nodes sorted by p form an ancestor-closed prefix (a child's p never
 exceeds its parent's), so the kept set is the prefix that maximises Σ(p_i − λ·Δc). It may be
-the root alone: a plain step.
+the root alone: a plain step; after `EXPLORE_AFTER` plain steps in a row the likeliest node is
+verified anyway, since the statistics learn only from verified nodes.
 
 Calibrated acceptance, per request, by tree depth d (device tensors, no host reads):
   head nodes   q = min(1, r_d · exp(score_i − score_parent)), r_d = (accepted_d + 2) / (predicted_d + 2):
@@ -99,7 +100,7 @@ def curve_key(model, device: torch.device, packed: bool) -> dict:
     return {"version": CURVE_VERSION, "model": str(getattr(cfg, "_name_or_path", "") or type(model).__name__),
             "config": hashlib.sha256(conf.encode()).hexdigest()[:16], "dtype": str(next(model.parameters()).dtype),
             "device": f"{dev.type}:{name}", "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "packed": bool(packed)}
+            "packed": packed}
 
 
 def curve_sizes(max_nodes: int) -> list[int]:
@@ -186,15 +187,27 @@ class DraftBudget:
     """One request's budget: acceptance statistics on the device and its throughput on the host."""
 
     PRIOR_STEPS = 2.0  # weight of the curve's one-token rate in λ before the request has a history
+    CARRY = 20.0  # at most this many tried nodes per depth carried over from the pair's earlier requests
+    EXPLORE_AFTER = 4  # plain steps in a row after which the likeliest node is verified anyway
 
-    def __init__(self, curve: CostCurve, max_depth: int, device: torch.device):
+    def __init__(self, curve: CostCurve, max_depth: int, device: torch.device, earlier: "DraftBudget | None" = None):
+        """`earlier`: the same engine's last budget for this method, if any: its statistics start
+        this request's, scaled down to `CARRY` observations per depth so that this request's own
+        acceptance soon outweighs them (how good the head and the copy chain are is the pair's,
+        how well they suit this prompt is the request's)."""
         self.curve = curve
         self.per_token_ms = curve.per_token_ms
         d = max_depth + 1
         z = lambda: torch.zeros(d, device=device)  # noqa: E731
         self.head_pred, self.head_acc, self.copy_tried, self.copy_acc = z(), z(), z(), z()
+        if earlier is not None and earlier.head_pred.shape == self.head_pred.shape:
+            head = (self.CARRY / earlier.head_pred.clamp(min=self.CARRY)).clamp(max=1.0)
+            copy = (self.CARRY / earlier.copy_tried.clamp(min=self.CARRY)).clamp(max=1.0)
+            self.head_pred, self.head_acc = earlier.head_pred * head, earlier.head_acc * head
+            self.copy_tried, self.copy_acc = earlier.copy_tried * copy, earlier.copy_acc * copy
         self.tokens = 0
         self.ms = 0.0
+        self.plain_steps = 0
         self.max_depth = max_depth
 
     # -- host: the request's throughput -------------------------------------------------
@@ -209,9 +222,11 @@ class DraftBudget:
         """The acceptance chance a node needs to pay for its verification (λ·Δc)."""
         return self.rate * self.per_token_ms
 
-    def observe(self, n_tokens: int, wall_ms: float) -> None:
+    def observe(self, n_tokens: int, wall_ms: float, n_verified: int) -> None:
+        """After a step: its tokens, its wall time and the tree nodes it verified (1: a plain step)."""
         self.tokens += n_tokens
         self.ms += wall_ms
+        self.plain_steps = self.plain_steps + 1 if n_verified <= 1 else 0
 
     # -- device: acceptance chances ------------------------------------------------------
     def _ratio(self) -> torch.Tensor:
@@ -243,13 +258,23 @@ class DraftBudget:
         best = (torch.exp(front_scores.max()) * boost).clamp(max=1.0)
         return best > self.threshold
 
+    def keep_drafting(self, front_scores: torch.Tensor, level: int) -> bool:
+        """The drafter's early stop, on a CPU only (it reads the answer on the host): draft the next
+        level only while some frontier node could still pay."""
+        return bool(self.frontier_worth_drafting(front_scores, level))
+
     def select(self, tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
         """([T] bool kept nodes, [] expected tokens of the kept tree incl. the bonus)."""
         p = self.node_probs(tree)
         t = p.shape[0]
         order = torch.sort(p, descending=True, stable=True).indices  # the root first (p = 1, index 0)
         ps = p[order]
-        gain = torch.cumsum(ps[1:] - self.threshold, 0)
+        cost = torch.full_like(ps[1:], self.threshold)
+        if self.plain_steps >= self.EXPLORE_AFTER:
+            # after a run of plain steps, verify the likeliest node anyway: the statistics learn only
+            # from verified nodes, and the head may have become right again
+            cost = torch.where(torch.arange(t - 1, device=p.device) == 0, torch.zeros_like(cost), cost)
+        gain = torch.cumsum(ps[1:] - cost, 0)
         best = torch.argmax(torch.cat([torch.zeros(1, device=p.device, dtype=gain.dtype), gain]))
         rank_kept = torch.arange(t, device=p.device) <= best
         keep = torch.zeros(t, dtype=torch.bool, device=p.device).scatter(0, order, rank_kept)

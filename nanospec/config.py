@@ -1,12 +1,17 @@
-"""Configuration dataclasses for a decoding run, validated at the engine boundary."""
+"""Configuration dataclasses for a decoding run, validated at the engine boundary.
+
+Each field is a run option of `options.py`: its default (a CPU's) and its allowed values come from
+that table, which is also where a GPU's defaults and every front end's flags and controls come from.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
-import torch
+from .options import METHODS, OPTIONS, default, options_of, run_defaults
 
-METHODS = ("ar", "full", "static", "nanospec", "hybrid")
+__all__ = ["METHODS", "TREE_OPTIONS", "GenerationConfig", "SamplingConfig", "TreeConfig", "VocabConfig",
+           "default_tree"]
 
 
 @dataclass
@@ -25,15 +30,17 @@ class TreeConfig:
 
     `budget`: the cost-aware draft budget (budget.py): each step verifies only the nodes whose
     calibrated acceptance chance pays for their share of the verification forward on this device.
+    On by default: faster than the fixed tree on the held-out and the outside prompts on a CPU
+    (docs/benchmarks.md, "Draft budget"); off in a GPU's default tree, where it is not measured.
     """
 
-    depth: int = 3
-    top_k: int = 4
-    total_tokens: int = 12
-    copy_branch: int = 10
-    copy_ngram: int = 2
-    fixed_shape: bool = False
-    budget: bool = False
+    depth: int = default("depth")
+    top_k: int = default("top_k")
+    total_tokens: int = default("total_tokens")
+    copy_branch: int = default("copy_branch")
+    copy_ngram: int = default("copy_ngram")
+    fixed_shape: bool = default("fixed_shape")
+    budget: bool = default("budget")
 
     @property
     def max_nodes(self) -> int:
@@ -41,14 +48,7 @@ class TreeConfig:
         return self.total_tokens + self.copy_branch
 
     def validate(self) -> None:
-        _check_int("depth", self.depth, 1, 32)
-        _check_int("top_k", self.top_k, 1, 64)
-        _check_int("total_tokens", self.total_tokens, 2, 512)
-        _check_int("copy_branch", self.copy_branch, 0, 64)
-        _check_int("copy_ngram", self.copy_ngram, 1, 16)
-        for name in ("fixed_shape", "budget"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
+        _check_fields(self)
 
 
 # the options that shape a tree (a run that sets none of them gets the device's default tree)
@@ -56,63 +56,56 @@ TREE_OPTIONS = frozenset(TreeConfig.__dataclass_fields__) - {"fixed_shape", "bud
 
 
 def default_tree(device) -> TreeConfig:
-    """The tree a run gets when the caller sets none: 3x4x12 suits a CPU, where every verified
-    token costs time; a GPU verifies 60 tokens for about the price of one, so there it is
-    EAGLE-2's (and NanoSpec's) depth 6, top-k 10, 60 nodes. The copy branch stays off on a GPU:
-    its length was chosen on a CPU and has not been measured on a GPU."""
-    if torch.device(device).type == "cuda":
-        return TreeConfig(depth=6, top_k=10, total_tokens=60, copy_branch=0)
-    return TreeConfig()
+    """The tree a run gets when the caller sets none (`options.run_defaults`): 3x4x12 suits a CPU,
+    where every verified token costs time; a GPU verifies 60 tokens for about the price of one, so
+    there it is EAGLE-2's (and NanoSpec's) depth 6, top-k 10, 60 nodes. The copy branch and the draft
+    budget stay off on a GPU: both were chosen on a CPU and have not been measured on a GPU."""
+    defaults = run_defaults(device)
+    return TreeConfig(**{name: defaults[name] for name in options_of("tree")})
 
 
 @dataclass
 class SamplingConfig:
     """temperature 0 means greedy; otherwise lossless speculative sampling from the warped target."""
 
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = 0
+    temperature: float = default("temperature")
+    top_p: float = default("top_p")
+    seed: int | None = default("seed")  # None: a fresh random seed per run
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
     def validate(self) -> None:
-        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
-            raise ValueError(f"temperature must be a number >= 0 (0 = greedy); got {self.temperature!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p!r}")
+        _check_fields(self)
 
 
 @dataclass
 class VocabConfig:
     """Which LM-head rows the drafter scores (docs/design.md §4)."""
 
-    capacity: int = 3072        # nanospec / hybrid: max in-context ids (FIFO eviction)
-    static_size: int = 32768    # static: top-N frequent ids
-    core_size: int = 1024       # hybrid: top-M frequent ids always active
-    ctx_topk: int = 3           # target's top-k per position added at prefill (Ctx) and per tree node (Ext)
+    capacity: int = default("capacity")        # nanospec / hybrid: max in-context ids (FIFO eviction)
+    static_size: int = default("static_size")  # static: top-N frequent ids
+    core_size: int = default("core_size")      # hybrid: top-M frequent ids always active
+    ctx_topk: int = default("ctx_topk")        # target's top-k added per prompt position (Ctx) and tree node (Ext)
 
     def validate(self) -> None:
-        _check_int("capacity", self.capacity, 1, 10_000_000)
-        _check_int("static_size", self.static_size, 1, 10_000_000)
-        _check_int("core_size", self.core_size, 0, 10_000_000)
-        _check_int("ctx_topk", self.ctx_topk, 1, 64)
+        _check_fields(self)
 
 
 @dataclass
 class GenerationConfig:
-    method: str = "nanospec"
-    max_new_tokens: int = 128
+    method: str = default("method")
+    max_new_tokens: int = default("max_new_tokens")
     tree: TreeConfig = field(default_factory=TreeConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     vocab: VocabConfig = field(default_factory=VocabConfig)
-    stop_on_eos: bool = True
+    stop_on_eos: bool = default("stop_on_eos")
 
     def validate(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {', '.join(METHODS)}; got {self.method!r}")
-        _check_int("max_new_tokens", self.max_new_tokens, 1, 1_000_000)
+        for f in fields(self):
+            if f.name not in ("tree", "sampling", "vocab"):
+                OPTIONS[f.name].check(getattr(self, f.name))
         self.tree.validate()
         self.sampling.validate()
         self.vocab.validate()
@@ -131,19 +124,15 @@ class GenerationConfig:
     def build(cls, method: str = "nanospec", **kw) -> "GenerationConfig":
         """Flat keyword constructor: `GenerationConfig.build("nanospec", depth=4, temperature=0.7)`."""
         parts = {"tree": TreeConfig, "sampling": SamplingConfig, "vocab": VocabConfig}
-        sub = {name: {} for name in parts}
-        top = {}
+        sub = {name: {} for name in ("run", *parts)}
         for key, value in kw.items():
-            owner = next((n for n, c in parts.items() if key in c.__dataclass_fields__), None)
-            if owner is not None:
-                sub[owner][key] = value
-            elif key in cls.__dataclass_fields__:
-                top[key] = value
-            else:
+            if key not in OPTIONS:
                 raise ValueError(f"unknown generation option {key!r}")
-        return cls(method=method, **top, **{n: parts[n](**sub[n]) for n in parts})
+            sub[OPTIONS[key].config][key] = value  # which config owns it: the options table says
+        return cls(method=method, **sub["run"], **{n: parts[n](**sub[n]) for n in parts})
 
 
-def _check_int(name: str, value, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}]; got {value!r}")
+def _check_fields(config) -> None:
+    """Every field of a tree, sampling or vocabulary config against its run option's allowed values."""
+    for f in fields(config):
+        OPTIONS[f.name].check(getattr(config, f.name))

@@ -12,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import torch
 
-from .config import TREE_OPTIONS, GenerationConfig, default_tree
+from .config import TREE_OPTIONS, GenerationConfig
+from .options import run_defaults
 from .bookkeeping import accept_step, single_node_event, spec_event
 from .budget import CostCurve, DraftBudget, keep_nodes, load_or_measure
 from .copy_branch import PAD, CopyBranch
@@ -102,6 +103,7 @@ class SpecEngine:
         self.timing = timing  # per-phase times in each StepEvent (on CUDA: one event read per step)
         self._vocabs: dict[tuple, object] = {}
         self._cost_curve: CostCurve | None = None
+        self._budgets: dict[str, DraftBudget] = {}  # per method: the last request's draft budget
         if eos_token_ids is None:
             eos_token_ids = _eos_ids(model, tokenizer)
         self.eos_token_ids = set(eos_token_ids)
@@ -146,12 +148,13 @@ class SpecEngine:
                **options) -> Run:
         """Validate everything, then return a `Run` that decodes lazily as it is iterated.
 
-        Keyword options that set no tree (`depth`, `top_k`, `total_tokens`) get the device's
-        default tree (`config.default_tree`); a `GenerationConfig` is used exactly as given."""
+        Keyword options that set no tree option (`depth`, `top_k`, `total_tokens`, `copy_branch`,
+        `copy_ngram`) start from the device's run defaults (`options.run_defaults`, which give
+        `config.default_tree`); a `GenerationConfig` is used exactly as given."""
         if config is not None and options:
             raise ValueError("pass either a GenerationConfig or keyword options, not both")
         if config is None and not TREE_OPTIONS & options.keys():
-            options = {**vars(default_tree(self.device)), **options}
+            options = {**run_defaults(self.device), **options}
         cfg = config or GenerationConfig.build(options.pop("method", "nanospec"), **options)
         cfg.validate()
         missing = self.missing_for(cfg.method)
@@ -187,11 +190,15 @@ class SpecEngine:
 
     def use_cost_curve(self, curve: CostCurve | None) -> None:
         """Set the budget's cost curve (measured elsewhere, or made up to force a budget in a test);
-        None measures (or reads the cache) again on the next budgeted run."""
+        None measures (or reads the cache) again on the next budgeted run. Either way the acceptance
+        statistics carried between requests start afresh."""
         self._cost_curve = curve
+        self._budgets.clear()
 
     # -- the loop --------------------------------------------------------------------
-    def _decode(self, prompt_ids: list[int], cfg: GenerationConfig, run: Run) -> Iterator[StepEvent]:
+    def decode(self, prompt_ids: list[int], cfg: GenerationConfig) -> Generator[StepEvent, None, str]:
+        """The decoding loop over validated input (what a `Run` iterates): yields one event per
+        target forward and returns why it stopped (events.STOP_REASONS, less "stopped")."""
         spec = cfg.method != "ar"
         vocab = self._vocab(cfg) if spec else None
         drafter = self._new_drafter() if spec else None
@@ -202,8 +209,7 @@ class SpecEngine:
         while True:
             reason = self._stop_reason(state, cfg, event)
             if reason:
-                run.stop_reason = reason
-                return
+                return reason
             if self.before_step is not None:
                 self.before_step(step, cfg.method)
             if spec:
@@ -250,7 +256,8 @@ class SpecEngine:
             state.copy.begin(ids[0], first)
         if vocab is not None and cfg.tree.budget:
             state.budget = DraftBudget(self.cost_curve(cfg.tree.max_nodes), cfg.tree.depth + cfg.tree.copy_branch,
-                                       self.device)
+                                       self.device, earlier=self._budgets.get(cfg.method))
+            self._budgets[cfg.method] = state.budget  # the next request of this method starts from its statistics
         tokens = self._take([first], state, cfg)
         phases = timer.resolve()
         sync(self.device)
@@ -268,8 +275,7 @@ class SpecEngine:
         fixed = cfg.tree.fixed_shape or self.device.type != "cpu"  # a shape that never depends on data
         if hasattr(drafter, "keep_drafting"):
             # a CPU may read the host: stop drafting deeper once no frontier node could pay
-            drafter.keep_drafting = None if budget is None or fixed else \
-                (lambda front, level: bool(budget.frontier_worth_drafting(front, level)))
+            drafter.keep_drafting = None if budget is None or fixed else budget.keep_drafting
         tree = drafter.draft(state.root_dev, vocab, cfg.tree, timer)
         if state.copy is not None:
             tree = state.copy.extend(tree, vocab, timer, cfg.tree.fixed_shape)
@@ -319,10 +325,10 @@ class SpecEngine:
         phases = timer.resolve()
         event = spec_event(step, cfg.method, acc, accepted, tokens, active_size, added, self.vocab_size, t0, phases)
         if budget is not None:
-            event.drafted_nodes = int(acc.extra[1]) if len(acc.extra) > 1 else drafted
+            event.drafted_nodes = acc.extra[1] if len(acc.extra) > 1 else drafted
             event.expected_tokens = round(acc.extra[0], 4)
             event.budget_threshold = round(budget.threshold, 6)
-            budget.observe(len(accepted) + 1, event.wall_ms)
+            budget.observe(len(accepted) + 1, event.wall_ms, len(event.tree_tokens))
         return event
 
     @torch.inference_mode()

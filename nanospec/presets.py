@@ -2,7 +2,13 @@
 the dtype and draft tree to use, with a one-line description.
 
     from nanospec.presets import get_preset
-    engine, info = get_preset("llama-3.2-1b").load(device="cuda")
+    preset = get_preset("llama-3.2-1b")
+    engine, info = preset.load(device="cuda")
+    run = engine.stream(prompt, **preset.run_defaults("cuda"))   # the preset's tree on that device
+
+A device's `tree` is a set of overrides of that device's run defaults (`options.run_defaults`), each
+name a tree option of the options table and each value checked against it; options it leaves out
+(the copy branch, the draft budget, ...) keep the device's default.
 
 Relative paths in the file are relative to the project root; `"target": "default"` is the offline
 SmolLM2-135M-Instruct. Presets never enable `trust_remote_code`.
@@ -14,8 +20,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from .config import TreeConfig
 from .default_model import ProgressFn
+from .options import check_overrides, options_of, run_defaults
 from .paths import ASSETS
 
 PRESETS_PATH = ASSETS / "presets.json"
@@ -25,8 +34,20 @@ DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 @dataclass(frozen=True)
 class DeviceSettings:
+    """A preset on one device type: its dtype and the run options it sets there (its `tree`)."""
+
+    device: str
     dtype: str
-    tree: TreeConfig
+    overrides: dict
+
+    def run_defaults(self) -> dict:
+        """What a run of this preset on this device gets when the caller sets nothing."""
+        return {**run_defaults(self.device), **self.overrides}
+
+    @property
+    def tree(self) -> TreeConfig:
+        options = self.run_defaults()
+        return TreeConfig(**{name: options[name] for name in options_of("tree")})
 
 
 @dataclass(frozen=True)
@@ -48,6 +69,11 @@ class Preset:
         if device_type not in self.devices:
             raise ValueError(f"preset {self.name!r} runs on {', '.join(self.devices)} only, not on {device_type}")
         return self.devices[device_type]
+
+    def run_defaults(self, device) -> dict:
+        """The flat run options this preset gives a run on `device` when the caller sets nothing: the
+        device's run defaults with the preset's overrides for that device type."""
+        return self.settings(torch.device(device).type).run_defaults()
 
     def load(self, device: str | None = None, progress: ProgressFn | None = None, pack_linears: bool = True):
         """`load_pair` with this preset's files and the dtype for `device` (default: CUDA if available)."""
@@ -92,11 +118,19 @@ def _parse(entry: dict, path: Path) -> Preset:
         raise ValueError(f"{path}: preset {entry.get('name', '?')!r} lacks {sorted(missing)}")
     devices = {}
     for device, settings in entry["devices"].items():
+        where = f"{path}: preset {entry['name']!r}, device {device!r}"
         if device not in DEVICE_TYPES:
-            raise ValueError(f"{path}: preset {entry['name']!r}: device {device!r} is not one of {DEVICE_TYPES}")
-        tree = TreeConfig(**settings.get("tree", {}))
-        tree.validate()
-        devices[device] = DeviceSettings(dtype=settings["dtype"], tree=tree)
+            raise ValueError(f"{where}: not one of {DEVICE_TYPES}")
+        if "dtype" not in settings or set(settings) - {"dtype", "tree"}:
+            raise ValueError(f"{where}: takes a 'dtype' and optionally a 'tree'; got {sorted(settings)}")
+        tree = settings.get("tree", {})
+        if not isinstance(tree, dict):
+            raise ValueError(f"{where}: 'tree' must map tree options to values; got {tree!r}")
+        try:
+            check_overrides(tree, "tree")
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        devices[device] = DeviceSettings(device, settings["dtype"], dict(tree))
     return Preset(entry["name"], entry["label"], entry["description"], entry["target"], entry.get("head"),
                   entry.get("freq_table"), devices)
 

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .config import GenerationConfig
 from .events import RunSummary, StepEvent, summarize
 
-if TYPE_CHECKING:
-    from .engine import SpecEngine
+
+class Decoder(Protocol):
+    """What a `Run` needs of its engine (`SpecEngine`): the decoding loop and the tokenizer."""
+
+    tokenizer: object
+
+    def decode(self, prompt_ids: list[int], cfg: GenerationConfig) -> Generator[StepEvent, None, str]: ...
 
 
 @dataclass
@@ -28,7 +33,7 @@ class Run:
     Stopping iteration early (break / close) stops decoding; `summary` then says `stopped`.
     """
 
-    def __init__(self, engine: "SpecEngine", prompt_ids: list[int], config: GenerationConfig):
+    def __init__(self, engine: Decoder, prompt_ids: list[int], config: GenerationConfig):
         self.engine, self.prompt_ids, self.config = engine, prompt_ids, config
         self.events: list[StepEvent] = []
         self.summary: RunSummary | None = None
@@ -37,11 +42,18 @@ class Run:
 
     def __iter__(self) -> Iterator[StepEvent]:
         self._t0 = time.perf_counter()
+        steps = self.engine.decode(self.prompt_ids, self.config)
         try:
-            for event in self.engine._decode(self.prompt_ids, self.config, self):
+            while True:
+                try:
+                    event = next(steps)
+                except StopIteration as done:  # the loop's return value: why it stopped
+                    self.stop_reason = done.value or "stopped"
+                    break
                 self.events.append(event)
                 yield event
         finally:
+            steps.close()
             self._finish()
 
     def _finish(self) -> None:

@@ -14,6 +14,7 @@ from app.inputs import example_prompts, generation_options, parse_prompt
 from app.trace import RunView, TokenDecoder, load_view, save_downloads
 from nanospec import metrics
 from nanospec.events import StepEvent, events_to_frame, load_trace, summarize
+from nanospec.config import TreeConfig
 from nanospec.data.prompts import CATEGORIES
 from nanospec.timing import PHASES
 
@@ -256,7 +257,8 @@ def test_tree_figure_and_kpis_mark_the_copy_chain():
 
 def test_empty_and_autoregressive_frames():
     empty = events_to_frame([])
-    for builder in (charts.vocab_figure, charts.coverage_figure, charts.phase_figure, charts.tree_figure):
+    for builder in (charts.vocab_figure, charts.coverage_figure, charts.phase_figure, charts.tree_figure,
+                    charts.depth_figure):
         assert builder(empty).layout.annotations  # a message instead of a crash
     ar = [StepEvent(step=i, method="ar", root_token=1, tree_tokens=[1], tree_parents=[-1], tree_depths=[0],
                     tree_logprobs=[0.0], tree_in_active=[True], accepted_path=[0], accepted_tokens=[],
@@ -266,6 +268,9 @@ def test_empty_and_autoregressive_frames():
     assert charts.kpi_from_summary(summarize(ar, "ar", 1.0, "max_new_tokens"))["coverage"] is None
     assert charts.vocab_figure(frame).layout.annotations
     assert len(charts.tree_figure(frame).data) == 7  # 3 edge kinds, rejected, accepted, root, bonus
+    depth = charts.depth_figure(frame)  # a note, not an empty chart
+    assert not depth.data and "no drafts in plain decoding" in depth.layout.annotations[0].text
+    assert charts.budget_line(ar[1].to_dict()) is None and charts.budget_html(ar) == ""
 
 
 def test_compare_table_figure_and_verdict():
@@ -341,16 +346,22 @@ def test_page_defaults_follow_the_engine_default_tree_per_device():
 
     for device in ("cpu", "cuda"):
         tree, start = default_tree(device), defaults_for(device)
-        assert (start["depth"], start["top_k"], start["total_tokens"], start["copy_branch"]) == \
-            (tree.depth, tree.top_k, tree.total_tokens, tree.copy_branch)
+        assert (start["depth"], start["top_k"], start["total_tokens"], start["copy_branch"], start["budget"]) == \
+            (tree.depth, tree.top_k, tree.total_tokens, tree.copy_branch, tree.budget)
     assert defaults_for("cpu")["copy_branch"] == 10 and defaults_for("cuda")["copy_branch"] == 0
 
 
 def test_generation_options_coerce_and_bound():
     opts = generation_options("nanospec", 16.0, 4.0, 6, 24, 0, 1, 0.0, 3072.0)
     assert opts == {"method": "nanospec", "max_new_tokens": 16, "depth": 4, "top_k": 6, "total_tokens": 24,
-                    "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": 3072, "copy_branch": 10}
+                    "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": 3072, "copy_branch": 10,
+                    "budget": TreeConfig().budget}  # the engine's default
     assert generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 4.0)["copy_branch"] == 4
+    assert generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 4, True)["budget"] is True
+    assert generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 4, None)["budget"] is TreeConfig().budget
+    for bad in (1, "true", "on", [], 0.0):
+        with pytest.raises(ValueError, match="budget must be true or false"):
+            generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 4, bad)
     with pytest.raises(ValueError, match="copy_branch"):
         generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 99)
     assert all(type(opts[k]) is int for k in ("max_new_tokens", "depth", "seed", "capacity"))
@@ -375,7 +386,8 @@ def test_streamed_payload_is_the_validated_figure(frame):
     from app.callbacks import plot_data
 
     for spec in (charts.vocab_spec(frame), charts.coverage_spec(frame), charts.phase_spec(frame),
-                 charts.tree_spec(frame, 1, TEXT), charts.vocab_spec(events_to_frame([]))):
+                 charts.tree_spec(frame, 1, TEXT), charts.vocab_spec(events_to_frame([])),
+                 charts.depth_spec(frame), charts.tree_spec(events_to_frame(budgeted_events()), 1, TEXT)):
         payload = plot_data(spec)
         assert payload.type == "plotly"
         sent = json.loads(payload.plot)
@@ -407,3 +419,98 @@ def test_compare_tab_flags_speeds_it_cannot_trust():
     assert "busy" in compare_trust(table.iloc[[0]], {"ar": 0.3})
     plausible = compare_table({"ar": ar, "nanospec": summarize(events, "nanospec", 1.0 / 1.8, "eos")}, greedy=True)
     assert compare_trust(plausible, {"ar": 0.95, "nanospec": 0.9}) == ""
+
+
+# -- the draft budget and acceptance by draft position ------------------------------------------
+
+def budgeted_events() -> list[StepEvent]:
+    """`make_events` as a run with the draft budget: step 1 verified 4 of the 9 nodes it drafted, step 2
+    verified none of its 5 (a plain step: the root alone, then the target's token)."""
+    events = make_events()
+    events[1].drafted_nodes, events[1].expected_tokens, events[1].budget_threshold = 10, 2.4137, 0.234
+    plain = events[2]
+    plain.tree_tokens, plain.tree_parents, plain.tree_depths = [15], [-1], [0]
+    plain.tree_logprobs, plain.tree_in_active, plain.miss_kind = [0.0], [True], "none"
+    plain.drafted_nodes, plain.expected_tokens, plain.budget_threshold = 6, 1.0, 0.31
+    return events
+
+
+def _plain(title: str) -> str:
+    """A Plotly title as text: line breaks as spaces, tags dropped, entities decoded."""
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", title.replace("<br>", " ")))
+
+
+def test_budget_line_of_a_budgeted_step_and_of_a_plain_step():
+    events = budgeted_events()
+    assert charts.budget_line(events[1].to_dict()) == (
+        "verified 4 of 9 drafted nodes; expected 2.41 tokens; a node needed p > 0.234 to pay for its verification")
+    assert charts.budget_line(events[2].to_dict()) == (
+        "nothing drafted paid for its verification: a plain step (a node needed p > 0.31)")
+    assert charts.budget_line(events[0].to_dict()) is None  # prefill
+    assert all(charts.budget_line(e.to_dict()) is None for e in make_events())  # a run without the budget
+    frame = events_to_frame(events)  # the frame's rows say the same (NaN where an event held None)
+    assert [charts.budget_line(row) for _, row in frame.iterrows()] == [charts.budget_line(e.to_dict())
+                                                                          for e in events]
+
+
+def test_tree_title_says_what_the_budget_kept():
+    frame = events_to_frame(budgeted_events())
+    title = _plain(charts.tree_figure(frame, 1, TEXT).layout.title.text)
+    assert "4 verified, 2 accepted + bonus" in title
+    assert "verified 4 of 9 drafted nodes; expected 2.41 tokens; a node needed p > 0.234 to pay for its " \
+           "verification" in title
+    plain = charts.tree_figure(frame, 2, TEXT)
+    assert "nothing drafted paid for its verification: a plain step" in _plain(plain.layout.title.text)
+    assert len(_trace(plain, "bonus").x) == 1 and len(_trace(plain, "drafted (rejected)").x) == 0
+    budget_top = plain.layout.margin.t
+    assert budget_top > charts.tree_figure(events_to_frame(make_events()), 1, TEXT).layout.margin.t  # room for it
+    assert "verified" not in charts.tree_figure(events_to_frame(make_events()), 1, TEXT).layout.title.text
+
+
+def test_budget_note_under_the_kpis():
+    events = budgeted_events()
+    curve = {"sizes": [1, 2, 4], "ms": [10.0, 13.0, 19.0], "key": {"device": "cpu:cpu"}, "per_token_ms": 3.0,
+             "text": "target forward ms by verified tokens (1: 10.0, 2: 13.0, 4: 19.0)"}
+    note = charts.budget_html(events, curve)
+    assert 'id="budget-note"' in note and "Draft budget on" in note
+    assert "cost per extra verified token: <b>3.00 ms</b> (measured on this device: cpu)" in note
+    assert "verified 4 of 14 drafted nodes over 2 steps, 1 of them plain steps" in note
+    assert "1: 10.0" in note  # the whole curve in the hover
+    assert "the device that recorded this trace" in charts.budget_html(events, curve, replayed=True)
+    assert "cost per extra" not in charts.budget_html(events)  # a CSV trace keeps no curve: counts only
+    assert charts.budget_html(make_events()) == ""
+    # a replayed file's meta may hold anything: a curve without a number is left out, never a crash
+    junk = (("x", False), ({"per_token_ms": "fast"}, False), ({"per_token_ms": 2.0, "key": "cpu"}, True))
+    for curve, shows_cost in junk:
+        shown = charts.budget_html(events, curve)
+        assert "verified 4 of 14" in shown and ("<b>2.00 ms</b> (measured on this device: ?)" in shown) is shows_cost
+
+
+def test_acceptance_by_draft_position():
+    """Entry d of `metrics.accepted_depth_counts` over entry 0, with the counts in the hover."""
+    events = make_events()  # step 1 accepted 2 drafted tokens (tree depth 2), step 2 none (depth 1)
+    fig = charts.depth_figure(events_to_frame(events))
+    bars, reached = _trace(fig, "accepted at this position"), _trace(fig, "verified tree reached it")
+    assert list(bars.x) == [1, 2] and list(bars.y) == [50.0, 50.0]
+    assert [list(c) for c in bars.customdata] == [[1, 2], [1, 2]]
+    assert "accepted in %{customdata[0]} of %{customdata[1]} decode steps" in bars.hovertemplate
+    assert list(reached.y) == [100.0, 50.0]
+    # more steps: accepted 3, 1, 0, 2 of depth-3 trees -> counts [4, 3, 2, 1]
+    more = [dataclasses.replace(events[1], step=i + 1) for i in range(4)]
+    for event, n in zip(more, (3, 1, 0, 2)):
+        event.tree_depths = [0, 1, 2, 3]
+        event.tree_tokens, event.tree_parents = [1, 2, 3, 4], [-1, 0, 1, 2]
+        event.accepted_tokens, event.accepted_path = [2, 3, 4][:n], [0, 1, 2, 3][:n + 1]
+    fig = charts.depth_figure(events_to_frame([events[0], *more]))
+    bars = _trace(fig, "accepted at this position")
+    assert metrics.accepted_depth_counts([3, 1, 0, 2]) == [4, 3, 2, 1]
+    assert list(bars.y) == [75.0, 50.0, 25.0] and [list(c) for c in bars.customdata] == [[3, 4], [2, 4], [1, 4]]
+    assert list(bars.text) == ["75%", "50%", "25%"]
+    # with the budget: the plain step reached no position; depths never verified show no bar
+    budget = charts.depth_figure(events_to_frame(budgeted_events()))
+    assert list(_trace(budget, "accepted at this position").y) == [50.0, 50.0]
+    assert list(_trace(budget, "verified tree reached it").y) == [50.0, 50.0]
+    only_plain = budgeted_events()[::2]  # prefill and the plain step
+    assert "every step was a plain step" in charts.depth_figure(events_to_frame(only_plain)).layout.annotations[0].text

@@ -17,6 +17,8 @@ from app.charts import answer_tokens  # noqa: E402
 from app.devtools import tiny_loader  # noqa: E402
 from app.inputs import DEFAULTS  # noqa: E402
 from app.ui import build_app  # noqa: E402
+from nanospec.budget import CostCurve  # noqa: E402
+from nanospec.config import TreeConfig  # noqa: E402
 from nanospec.events import load_trace  # noqa: E402
 
 #           prompt, method, max_new, depth, top_k, total, temperature, top_p, seed, capacity
@@ -29,6 +31,13 @@ def _launch(loader):
     return demo, url
 
 
+def made_up_curve() -> CostCurve:
+    """A steep made-up cost curve (3 ms per verified token) for the draft budget: nothing is measured
+    or cached, and the budget prunes."""
+    sizes = [2**i for i in range(9)]  # up to 256: larger than any tree the app allows
+    return CostCurve(sizes, [10.0 + 3.0 * n for n in sizes], {"device": "test:made-up"})
+
+
 class Capture:
     """Keeps the engine the app loads, so tests can watch it."""
 
@@ -37,6 +46,7 @@ class Capture:
 
     def __call__(self, progress=None):
         self.engine, info = self.loader(progress)
+        self.engine.use_cost_curve(made_up_curve())
         return self.engine, info
 
 
@@ -57,12 +67,12 @@ def test_streamed_run_updates_then_summary(served):
     _, _, client, capture = served
     job = client.submit(*RUN_ARGS, api_name="/run")
     updates = list(job)
-    answer, kpis, vocab, coverage, tree, phases, step, csv_file, json_file, pair = job.result()
+    answer, kpis, vocab, coverage, tree, phases, step, csv_file, json_file, depth, pair = job.result()
     assert len(updates) >= 4  # one per step (prefill + several decode steps), then the final one
     assert len(answer_tokens(answer)) == 12  # the tiny tokenizer has no special tokens: all 12 are text
     assert "drafted by the head" in answer and "bonus" in answer  # the legend names the origins
     assert "tokens/s" in kpis and "τ" in kpis
-    for fig in (vocab, coverage, tree, phases):
+    for fig in (vocab, coverage, tree, phases, depth):
         assert fig["type"] == "plotly" and json.loads(fig["plot"])["data"]
     assert step["value"] == step["maximum"] >= 1
     assert "tiny random Llama" in pair
@@ -72,6 +82,31 @@ def test_streamed_run_updates_then_summary(served):
     # replay the downloaded trace: same text, no model run
     replayed = client.predict(handle_file(_path(json_file)), api_name="/replay")
     assert replayed[0] == answer
+
+
+def test_the_draft_budget_checkbox_reaches_the_engine(served):
+    """/run takes `budget` after `copy_branch` (default: the engine's); on, each decode step reports what
+    the budget kept, the tree and the KPIs say it, and the answer is the same as without it."""
+    _, _, client, capture = served
+    params = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/run"]["parameters"]
+    assert [p["parameter_name"] for p in params][-2:] == ["copy_branch", "budget"]
+    assert params[-1]["parameter_default"] is TreeConfig().budget
+    plain = client.predict(*RUN_ARGS, DEFAULTS["copy_branch"], False, api_name="/run")
+    out = client.predict(*RUN_ARGS, DEFAULTS["copy_branch"], True, api_name="/run")
+    answer, kpis, tree, json_file, depth = out[0], out[1], out[4], out[8], out[9]
+    assert answer_tokens(answer) == answer_tokens(plain[0])  # lossless either way (the origins may differ)
+    events, _, meta = load_trace(_path(json_file))
+    assert meta["options"]["budget"] is True and meta["cost_curve"]["key"]["device"] == "test:made-up"
+    decode = events[1:]
+    assert decode and all(e.drafted_nodes > 0 and e.drafted_nodes >= len(e.tree_tokens) for e in decode)
+    assert all(e.budget_threshold is not None and e.expected_tokens >= 1.0 for e in decode)
+    assert all(e.drafted_nodes == 0 for e in load_trace(_path(plain[8]))[0])  # off: nothing reported
+    assert 'id="budget-note"' in kpis and "cost per extra verified token: <b>3.00 ms</b>" in kpis
+    assert 'id="budget-note"' not in plain[1]
+    title = json.loads(tree["plot"])["layout"]["title"]["text"]
+    assert "to pay for its verification" in title or "a plain step" in title
+    depth_fig = json.loads(depth["plot"])
+    assert depth_fig["data"] or "plain step" in depth_fig["layout"]["annotations"][0]["text"]
 
 
 def test_bad_input_is_a_message_and_the_app_keeps_serving(served, capfd):
@@ -163,7 +198,7 @@ def test_closing_the_page_mid_run_frees_the_work(served):
     session = uuid.uuid4().hex
     before = capture.engine.steps_run
     # a page sends every input (gradio_client fills in the defaults of those left out)
-    data = [RUN_ARGS[0], "nanospec", 500, *RUN_ARGS[3:], DEFAULTS["copy_branch"]]
+    data = [RUN_ARGS[0], "nanospec", 500, *RUN_ARGS[3:], DEFAULTS["copy_branch"], DEFAULTS["budget"]]
     with httpx.Client(base_url=url, timeout=30) as http:
         http.post("gradio_api/queue/join", json={"data": data,
                                                  "fn_index": fn_index, "session_hash": session,

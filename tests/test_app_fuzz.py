@@ -24,9 +24,9 @@ from app.trace import MAX_UPLOAD_BYTES as MAX_UPLOAD  # noqa: E402
 from app.ui import build_app  # noqa: E402
 
 SEED = 17
-VALID = ["the draft tree accepts the draft tree", "nanospec", 4, 3, 4, 12, 0.0, 1.0, 0, 3072]
+VALID = ["the draft tree accepts the draft tree", "nanospec", 4, 3, 4, 12, 0.0, 1.0, 0, 3072, 10, False]
 KNOB_NAMES = ["prompt", "method", "max_new_tokens", "depth", "top_k", "total_tokens", "temperature", "top_p",
-              "seed", "capacity"]
+              "seed", "capacity", "copy_branch", "budget"]
 HOSTILE_VALUES = [None, "", "abc", "1e9", "nan", [], [1, 2], {}, {"a": 1}, True, False, math.nan, math.inf,
                   -math.inf, -1, 0, 10**12, -(10**12), 1e308, 3.5, 2**63, "𝔘ñí\x00"]
 PROMPTS = ["", " \n\t ", "\x00\x01\x02\x1b[31mred\x7f", "a" * (1 << 20), "word " * 200_000, "user:", "user: ",
@@ -35,9 +35,23 @@ PROMPTS = ["", " \n\t ", "\x00\x01\x02\x1b[31mred\x7f", "a" * (1 << 20), "word "
 GENERIC = "has raised an exception but has not enabled verbose error reporting"
 
 
+def with_made_up_cost(loader):
+    """The loader's engine with a made-up cost curve for the draft budget (nothing measured or cached)."""
+    from nanospec.budget import CostCurve
+
+    def load(progress=None):
+        engine, info = loader(progress)
+        sizes = [2**i for i in range(9)]
+        engine.use_cost_curve(CostCurve(sizes, [10.0 + 3.0 * n for n in sizes], {"device": "test:made-up"}))
+        return engine, info
+
+    return load
+
+
 @pytest.fixture(scope="module")
 def served():
-    demo = build_app(tiny_loader(), chart_interval_s=60.0)  # charts once per run: the cases stay cheap
+    # charts once per run: the cases stay cheap
+    demo = build_app(with_made_up_cost(tiny_loader()), chart_interval_s=60.0)
     _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, server_name="127.0.0.1", server_port=free_port(),
                             max_file_size=MAX_UPLOAD)  # as app.py launches it
     yield demo, url, Client(url, verbose=False)

@@ -34,8 +34,10 @@ from nanospec.events import load_trace  # noqa: E402
 
 STEP_DELAY_S = 0.03  # every decode step sleeps this long: runs last long enough to queue behind
 WAIT_S = 180.0       # generous: the machine may be busy
-#        depth, top_k, total, temperature, top_p, seed, capacity
-KNOBS = [3, 4, 12, 0.0, 1.0, 0, 3072]
+#        depth, top_k, total, temperature, top_p, seed, capacity, copy_branch, budget
+# the draft budget off: it decides by measured step times and carries what it learnt from one request to the
+# next, so the same run would not draw the same trees twice (the answer would still be the same text)
+KNOBS = [3, 4, 12, 0.0, 1.0, 0, 3072, DEFAULTS["copy_branch"], False]
 WORDS = "the draft tree accepts a fast small vocabulary target model verifies every step".split()
 
 
@@ -283,7 +285,7 @@ class Page:
         session = uuid.uuid4().hex
         fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
         self._http = httpx.Client(base_url=url, timeout=WAIT_S)
-        data = [*args, DEFAULTS["copy_branch"]]  # a page sends every input; gradio_client fills in defaults
+        data = list(args)  # a page sends every input (gradio_client fills in defaults for those left out)
         self._http.post("gradio_api/queue/join", json={"data": data, "fn_index": fn_index, "session_hash": session,
                                                       "event_data": None, "trigger_id": None}).raise_for_status()
         self._stream = self._http.stream("GET", f"gradio_api/queue/data?session_hash={session}")

@@ -218,6 +218,13 @@ def test_a_hopeless_head_gives_plain_steps(tiny_pair, frequent_ids, engine, prom
     assert out.token_ids == ref.token_ids
     sizes = [len(e.tree_tokens) for e in out.events[1:]]
     assert sum(s == 1 for s in sizes[len(sizes) // 2:]) >= len(sizes[len(sizes) // 2:]) // 2, sizes
+    # never more than EXPLORE_AFTER plain steps in a row: then the likeliest node is verified anyway
+    run = longest = 0
+    for size in sizes:
+        run = run + 1 if size == 1 else 0
+        longest = max(longest, run)
+    assert longest <= DraftBudget.EXPLORE_AFTER, sizes
+    assert any(s == 2 for s in sizes), "an exploring step verifies the root and one node"
 
 
 def test_sampled_bonus_tokens_join_the_active_set(tiny_pair, prompts):
@@ -244,3 +251,33 @@ def test_budget_fields_survive_a_trace_round_trip(tiny_pair, frequent_ids, promp
     assert [(e.drafted_nodes, e.expected_tokens, e.budget_threshold) for e in events] == \
         [(e.drafted_nodes, e.expected_tokens, e.budget_threshold) for e in out.events]
     assert events[0].expected_tokens is None and events[1].expected_tokens >= 1.0
+
+
+def test_statistics_carry_over_to_the_next_request_scaled_down():
+    cpu = torch.device("cpu")
+    first = DraftBudget(steep_curve(), 4, cpu)
+    first.head_pred += torch.tensor([0.0, 100, 40, 10, 0])
+    first.head_acc += torch.tensor([0.0, 50, 10, 5, 0])
+    first.copy_tried += torch.tensor([0.0, 8, 30, 0, 0])
+    first.copy_acc += torch.tensor([0.0, 4, 15, 0, 0])
+    nxt = DraftBudget(steep_curve(), 4, cpu, earlier=first)
+    c = DraftBudget.CARRY
+    assert nxt.head_pred.tolist() == pytest.approx([0, c, c, 10, 0])
+    assert nxt.head_acc.tolist() == pytest.approx([0, c / 2, c / 4, 5, 0]), "the acceptance ratio is kept"
+    assert nxt.copy_tried.tolist() == pytest.approx([0, 8, c, 0, 0])
+    assert nxt.copy_acc.tolist() == pytest.approx([0, 4, c / 2, 0, 0])
+    assert nxt.tokens == 0 and nxt.ms == 0.0, "throughput is the request's own"
+    other = DraftBudget(steep_curve(), 6, cpu, earlier=first)   # another tree: nothing carried
+    assert other.head_pred.sum() == 0 and other.copy_tried.sum() == 0
+
+
+def test_the_engine_carries_statistics_per_method(tiny_pair, frequent_ids, prompts):
+    eng = SpecEngine(tiny_pair[0], None, tiny_pair[1], frequent_ids=frequent_ids, eos_token_ids=[])
+    eng.use_cost_curve(steep_curve())
+    eng.generate(prompts[0], method="nanospec", max_new_tokens=16, budget=True, copy_branch=0, **SMALL)
+    first = eng._budgets["nanospec"]
+    assert first.head_pred.sum() > 0
+    eng.generate(prompts[1], method="nanospec", max_new_tokens=16, budget=True, copy_branch=0, **SMALL)
+    assert eng._budgets["nanospec"] is not first and "full" not in eng._budgets
+    eng.use_cost_curve(steep_curve())
+    assert not eng._budgets, "a new cost curve starts the statistics afresh"

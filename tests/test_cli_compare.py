@@ -56,7 +56,7 @@ def test_compare_skips_after_loading_when_only_the_engine_knows(tmp_path, monkey
 def test_fixed_shape_flag_reaches_the_engine(monkeypatch):
     """`--fixed-shape` (the GPU's tree shape on any device) is a run option like the tree's others."""
     engine, info = tiny_loader(vocab=512, hidden=32, layers=1)(None)
-    monkeypatch.setattr(cli, "_load", lambda a: (cli._fill_tree(a, engine.device), (engine, info))[1])
+    monkeypatch.setattr(cli, "_load", lambda a: (engine, info))  # the command fills the device's defaults
     seen = []
     real = engine.stream
     monkeypatch.setattr(engine, "stream", lambda prompt, config=None, **kw: seen.append(config.tree) or real(prompt, config))

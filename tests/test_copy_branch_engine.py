@@ -88,7 +88,9 @@ def test_copy_chain_fully_accepted_gives_tau_n_plus_one(n_copy):
     assert ref.token_ids[:3] == [4, 5, 6]
     plain = engine.generate(prompt, method="full", max_new_tokens=60, depth=3, copy_branch=0)
     assert plain.token_ids == ref.token_ids and plain.summary.tau == 1.0  # the drafter never helps
-    out = engine.generate(prompt, method="nanospec", max_new_tokens=60, depth=3, copy_branch=n_copy, capacity=64)
+    # the whole chain every step: the draft budget (which would learn that it pays) stays off
+    out = engine.generate(prompt, method="nanospec", max_new_tokens=60, depth=3, copy_branch=n_copy, capacity=64,
+                          budget=False)
     assert out.token_ids == ref.token_ids
     for e in out.events[1:-1]:  # the last step is cut by the budget
         assert len(e.accepted_tokens) == n_copy

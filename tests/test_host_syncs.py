@@ -52,8 +52,11 @@ def eagle2_pair():
 def engines(eagle2_pair, eagle3_pair, frequent_ids):
     """One engine per head family, on the CPU whatever NANOSPEC_TEST_DEVICE says (the guard stands in
     for a GPU; on one, test_device.py counts the real syncs), built as on a GPU: no weight packing."""
-    return {family: SpecEngine(target, None, head, frequent_ids=frequent_ids, eos_token_ids=[], pack_linears=False)
-            for family, (target, head) in (("eagle2", eagle2_pair), ("eagle3", eagle3_pair))}
+    engines = {family: SpecEngine(target, None, head, frequent_ids=frequent_ids, eos_token_ids=[], pack_linears=False)
+               for family, (target, head) in (("eagle2", eagle2_pair), ("eagle3", eagle3_pair))}
+    for eng in engines.values():
+        eng.cost_curve(64)  # the draft budget's cost curve, measured (or read) here, not inside a guarded run
+    return engines
 
 
 @pytest.fixture(scope="module")
@@ -140,12 +143,13 @@ def test_budgeted_steps_read_the_host_once(engines, prompt, family, method, temp
     """The draft budget decides on the device: selecting, disabling the pruned nodes and learning
     from the accepted path add no read (a made-up steep cost curve makes it prune)."""
     eng = engines[family]
+    measured = eng.cost_curve()
     eng.use_cost_curve(CostCurve([1, 2, 4, 8, 16, 32], [10.0 + 3 * n for n in (1, 2, 4, 8, 16, 32)], {}))
     try:
         steps = guarded_steps(eng, prompt, method=method, temperature=temperature, copy_branch=6,
                               fixed_shape=True, budget=True, **SMALL)
     finally:
-        eng.use_cost_curve(None)
+        eng.use_cost_curve(measured)
     assert_one_read_per_step(steps)
 
 
@@ -186,9 +190,25 @@ def test_prefill_reads_twice_and_copies_only_the_prompt(engines, prompt):
 def test_the_cpu_shape_drops_pad_nodes_with_a_data_dependent_shape(engines, prompt):
     """Without `fixed_shape` a CPU drops the copy chain's PAD nodes: the guard names that path,
     which is why an accelerator never takes it."""
-    steps = guarded_steps(engines["eagle2"], prompt, method="nanospec", copy_branch=6, **SMALL)
+    steps = guarded_steps(engines["eagle2"], prompt, method="nanospec", copy_branch=6, budget=False, **SMALL)
     seen = [r for records in steps for r in records if r.kind == "sync"]
     assert seen and all("drop_pad_nodes" in r.where or "extend" in r.where for r in seen), _describe(seen)
+
+
+def test_the_cpu_shape_budget_reads_only_where_it_prunes(engines, prompt):
+    """On a CPU's shape the draft budget drops the nodes it prunes and stops drafting early: both
+    read the host (keep_nodes, keep_drafting), and nothing else of the budget does."""
+    eng = engines["eagle2"]
+    measured = eng.cost_curve()
+    eng.use_cost_curve(CostCurve([1, 2, 4, 8, 16, 32], [10.0 + 3 * n for n in (1, 2, 4, 8, 16, 32)], {}))
+    try:
+        steps = guarded_steps(eng, prompt, method="nanospec", copy_branch=6, budget=True, **SMALL)
+    finally:
+        eng.use_cost_curve(measured)
+    seen = [r for records in steps for r in records if r.kind == "sync"]
+    places = ("drop_pad_nodes", "extend", "keep_nodes", "keep_drafting")
+    assert seen and all(any(p in r.where for p in places) for r in seen), _describe(seen)
+    assert any("keep_nodes" in r.where or "keep_drafting" in r.where for r in seen), _describe(seen)
 
 
 # -- the guard sees every kind of sync ------------------------------------------------------

@@ -19,7 +19,7 @@ from .conftest import DEVICE
 from .test_sampling import CHI2_001, chi_square
 
 HOT_PATH = ("engine.py", "tree.py", "verify.py", "accept.py", "kv.py", "vocab.py", "drafters/eagle.py",
-            "drafters/eagle3.py", "copy_branch.py", "bookkeeping.py")
+            "drafters/eagle3.py", "copy_branch.py", "bookkeeping.py", "budget.py")
 # host values that these modules may convert (not tensors); each entry: (module, argument source)
 HOST_CONVERSIONS = {
     ("engine.py", "getattr(model.config, 'max_position_embeddings', 1 << 30)"),
@@ -30,8 +30,11 @@ HOST_CONVERSIONS = {
 # root_to_leaf_paths is a reference helper for tests; the engine never calls it
 # drop_pad_nodes runs on a CPU only (the copy branch keeps the fixed shape on an accelerator);
 # drop_padding edits the host lists of a step's event
+# the draft budget's keep_nodes and keep_drafting run on a CPU only (a fixed shape, every GPU, disables
+# nodes instead and never stops drafting early); its cost curve is measured or read before a run
 HOST_FUNCTIONS = {("tree.py", "root_to_leaf_paths"), ("copy_branch.py", "drop_pad_nodes"),
-                  ("copy_branch.py", "drop_padding")}
+                  ("copy_branch.py", "drop_padding"), ("budget.py", "keep_nodes"), ("budget.py", "keep_drafting"),
+                  ("budget.py", "measure_cost_curve"), ("budget.py", "from_dict")}
 # host->device copies of the prompt at prefill, once per request
 PREFILL_COPIES = {("engine.py", "_prefill"), ("drafters/eagle.py", "begin"), ("copy_branch.py", "begin")}
 

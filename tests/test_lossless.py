@@ -24,6 +24,8 @@ def test_greedy_equals_autoregressive_random_head(engine, prompts, method):
         assert len(out.token_ids) == 12
 
 
+# The oracle tests check the machinery on whole trees: they turn the draft budget (test_budget.py)
+# off, which would otherwise prune the oracle's deep, low-scored true branch.
 def _oracle_engine(tiny_pair, frequent_ids, truth, eos=(), **kw):
     target, head = tiny_pair
     return SpecEngine(target, None, head, frequent_ids=frequent_ids, eos_token_ids=list(eos),
@@ -37,7 +39,7 @@ def test_oracle_long_paths_tau_and_bonus(tiny_pair, frequent_ids, engine, prompt
         ref = engine.generate(prompt, method="ar", max_new_tokens=60)
         eng = _oracle_engine(tiny_pair, frequent_ids, ref.token_ids)
         out = eng.generate(prompt, method=method, max_new_tokens=60, depth=depth, top_k=3,
-                           total_tokens=1 + depth * 3, **SMALL)
+                           total_tokens=1 + depth * 3, **SMALL, budget=False)
         assert out.token_ids == ref.token_ids
         full_steps = [e for e in out.events[1:-1]]
         # every step but the last accepts the whole true branch, then the target's bonus token
@@ -53,7 +55,7 @@ def test_oracle_partial_branch_stops_mid_path(tiny_pair, frequent_ids, engine, p
     prompt = prompts[3]
     ref = engine.generate(prompt, method="ar", max_new_tokens=40)
     eng = _oracle_engine(tiny_pair, frequent_ids, ref.token_ids, correct=2)
-    out = eng.generate(prompt, method="nanospec", max_new_tokens=40, depth=5, top_k=3, total_tokens=16, **SMALL)
+    out = eng.generate(prompt, method="nanospec", max_new_tokens=40, depth=5, top_k=3, total_tokens=16, **SMALL, budget=False)
     assert out.token_ids == ref.token_ids
     for e in out.events[1:-1]:
         assert len(e.accepted_tokens) == 2
@@ -71,7 +73,7 @@ def test_oracle_eos_inside_accepted_path(tiny_pair, frequent_ids, prompts):
     ar = SpecEngine(target, None, head, eos_token_ids=[eos]).generate(prompt, method="ar", max_new_tokens=40)
     assert ar.token_ids == truth[: first + 1] and ar.summary.stop_reason == "eos"
     eng = _oracle_engine(tiny_pair, frequent_ids, truth, eos=[eos])
-    out = eng.generate(prompt, method="full", max_new_tokens=40, depth=5, top_k=3, total_tokens=16)
+    out = eng.generate(prompt, method="full", max_new_tokens=40, depth=5, top_k=3, total_tokens=16, budget=False)
     assert out.token_ids == ar.token_ids
     assert out.summary.stop_reason == "eos"
     last = out.events[-1]
@@ -96,6 +98,6 @@ def test_oracle_long_run_kv_stays_consistent(tiny_pair, frequent_ids, engine, pr
     prompt = prompts[0]
     ref = engine.generate(prompt, method="ar", max_new_tokens=200)
     eng = _oracle_engine(tiny_pair, frequent_ids, ref.token_ids, decoys=3)
-    out = eng.generate(prompt, method="nanospec", max_new_tokens=200, depth=7, top_k=4, total_tokens=32, **SMALL)
+    out = eng.generate(prompt, method="nanospec", max_new_tokens=200, depth=7, top_k=4, total_tokens=32, **SMALL, budget=False)
     assert out.token_ids == ref.token_ids
     assert out.summary.tau > 7.0

@@ -342,6 +342,9 @@ DECODING_PATH = {
         "copies new rows on the side stream while drafting: per decode step",
     ("nanospec/vocab.py", "ActiveVocab.wait_ready"):
         "makes the compute stream wait for that copy before the LM head: per decode step",
+    ("nanospec/budget.py", "curve_key"):
+        "names the GPU a cost curve was measured on; called by SpecEngine.cost_curve() from stream(), "
+        "which the app calls inside the decorated decode function, never at load time",
     ("nanospec/lesson/record.py", "machine_label"):
         "offline recorder CLI (`nanospec record-lesson`); the app imports only its constants",
     ("nanospec/lesson/record.py", "time_lm_head"):
@@ -368,7 +371,7 @@ STUBBED_IN_MAIN_PROCESS = {  # what spaces' patching answers in ZeroGPU's main p
     "is_bf16_supported",  # torch's own is_bf16_supported: is_available(), current_device(), get_device_properties()
 }
 ALLOWED_MODULES = ("nanospec/engine.py", "nanospec/timing.py", "nanospec/vocab.py", "nanospec/bench/",
-                   "nanospec/lesson/record.py")
+                   "nanospec/lesson/record.py", "nanospec/budget.py")
 
 
 class _DeviceCalls(ast.NodeVisitor):

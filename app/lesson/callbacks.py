@@ -88,7 +88,7 @@ def open_chapter(number, prompt_id, presenter, fit=0) -> tuple:
     """Chapter value, step slider, text, figure, tokens, question, reveal, pending, race lanes."""
     number, prompt_id, step, last = chapter_start(number, prompt_id)
     q = question(number, prompt_id)
-    slider = gr.Slider(minimum=0, maximum=max(1, last), value=step, label=_step_label(number, last))
+    slider = gr.Slider(minimum=0, maximum=max(1, last), value=step, label=step_label(number, last))
     quiz = (gr.Radio(choices=q.options, value=None, label=q.text, visible=True) if q
             else gr.Radio(choices=[], value=None, visible=False))
     return (number, slider, *render(number, prompt_id, step, presenter, fit, q is not None), quiz, "",
@@ -102,7 +102,7 @@ def race_update(number: int, prompt_id: str):
     return gr.HTML(value=lc.chapter(number).race(lesson_data(), prompt_id), visible=True)
 
 
-def _step_label(number: int, last: int) -> str:
+def step_label(number: int, last: int) -> str:
     return f"Step of the {RUN_LABELS.get(lc.chapter(number).run, lc.chapter(number).run)} run (0 = prefill … {last})"
 
 

@@ -22,7 +22,7 @@ import gradio as gr
 
 from ..race import race_component
 from . import chapters as lc
-from .callbacks import (PLAY, SPEEDS, _step_label, answer, chapter_start, deep_link, lesson_data, move, open_chapter,
+from .callbacks import (PLAY, SPEEDS, step_label, answer, chapter_start, deep_link, lesson_data, move, open_chapter,
                         render, set_speed, shift_chapter, tick, toggle_play, try_it_values)
 from .style import CSS, DEEP_LINK_JS, LIVE_TOGGLE_JS, PRESENTER_FIT_JS, PRESENTER_JS, with_fit
 
@@ -137,7 +137,7 @@ def _stage(first_prompt: str, chapter0: int, step0: int, last0: int, with_try_it
                 back = gr.Button("◀ Step", elem_id="lesson-step-prev", scale=0, min_width=80)
                 forward = gr.Button("Step ▶", elem_id="lesson-step-next", scale=0, min_width=80)
                 play = gr.Button(PLAY, elem_id="lesson-play", scale=0, min_width=90)
-                step = gr.Slider(0, max(1, last0), value=step0, step=1, label=_step_label(chapter0, last0),
+                step = gr.Slider(0, max(1, last0), value=step0, step=1, label=step_label(chapter0, last0),
                                  elem_id="lesson-step", scale=4)
                 try_it = (gr.Button("Try it live ↗", variant="secondary", elem_id="lesson-try", scale=0,
                                     min_width=120) if with_try_it else None)
