@@ -84,13 +84,14 @@ def test_speculative_sampling_matches_target_distribution(small_pair, method, te
     model, head = small_pair
     prompt = [3, 9, 1, 14, 3]
     engine = SpecEngine(model, None, head, eos_token_ids=[], frequent_ids=torch.randperm(V, generator=torch.Generator().manual_seed(6)))
-    if budget:
-        engine.use_cost_curve(CostCurve([1, 2, 4, 8, 16], [10.0 + 0.5 * n for n in (1, 2, 4, 8, 16)], {}))
+    curve = CostCurve([1, 2, 4, 8, 16], [10.0 + 0.5 * n for n in (1, 2, 4, 8, 16)], {}) if budget else None
     pruned = 0
     p2, p3 = exact_marginals(model, prompt, temperature, top_p)
     c2, c3 = torch.zeros(V), torch.zeros(V)
     accepted = copy_steps = copied = 0
     for seed in range(RUNS):
+        if budget:  # each run a fresh request: no acceptance statistics carried over from the last one
+            engine.use_cost_curve(curve)
         r = engine.generate(prompt, method=method, max_new_tokens=3, temperature=temperature, top_p=top_p,
                             seed=seed, depth=2, top_k=3, total_tokens=6, capacity=4, copy_branch=copy_branch,
                             fixed_shape=fixed_shape, core_size=4, budget=budget)
