@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     if not zerogpu.active():  # ZeroGPU: no decode thread at all (app/zerogpu.py)
         lower_server_priority(args.ui_nice)
     if args.tiny:
-        from app.devtools import tiny_loader
+        from app.dev.devtools import tiny_loader
 
         demo = build_app(tiny_loader(), device_hint=args.device)
     else:

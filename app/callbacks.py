@@ -25,16 +25,16 @@ import plotly.io as pio
 from gradio.components.plot import PlotData
 
 from nanospec import RunSummary, load_trace, metrics, stop_message, summarize
-from nanospec.lesson.stability import MIN_CPU_SHARE, metered
+from nanospec.timing import MIN_CPU_SHARE, metered
 
-from . import charts
-from .decoding import StepPump, decode_thread
-from .inputs import DEFAULTS, METHODS, generation_options, parse_prompt
-from .models import EngineProvider
-from .race import lane, race_html
-from .trace import RunView, TokenDecoder, load_view, save_downloads, uploaded_file
-from .zerogpu import InlinePump, gpu_decoder
-from .zerogpu import active as zerogpu_active
+from app import charts
+from app.decoding import StepPump, decode_thread
+from app.inputs import METHODS, generation_options, parse_prompt
+from app.models import EngineProvider
+from app.race import lane, race_html
+from app.trace import RunView, TokenDecoder, load_view, save_downloads, uploaded_file
+from app.zerogpu import InlinePump, gpu_decoder
+from app.zerogpu import active as zerogpu_active
 
 logger = logging.getLogger("nanospec.app")
 
@@ -113,7 +113,7 @@ class Explorer:
         starts a team of OpenMP worker threads that lives as long as that thread. Had a callback thread
         loaded the model, the decode thread would start a second team: more OpenMP threads than cores,
         which makes libgomp's workers sleep instead of spin between operations and slows every matmul
-        (`python -m app.bench_app` measures the app against the engine; docs/benchmarks.md has a run)."""
+        (`python -m app.dev.bench_app` measures the app against the engine; docs/benchmarks.md has a run)."""
         loading = self._loading(progress)
         while True:
             try:
@@ -172,18 +172,17 @@ class Explorer:
             steps.close()  # closes the engine's Run: decoding stops at this step
         yield run.summary
 
-    def _inputs(self, prompt_text, method, *knobs):
+    def _inputs(self, prompt_text, knobs: dict):
         try:
-            return parse_prompt(prompt_text), generation_options(method, *knobs)
+            return parse_prompt(prompt_text), generation_options(knobs)
         except ValueError as exc:
             raise fail("invalid input", exc) from None
 
     # -- live tab -------------------------------------------------------------------------
-    def run_live(self, prompt_text, method, max_new_tokens, depth, top_k, total_tokens, temperature, top_p,
-                 seed, capacity, copy_branch=DEFAULTS["copy_branch"], budget=DEFAULTS["budget"],
-                 progress=gr.Progress(), request: gr.Request = None):
-        prompt, options = self._inputs(prompt_text, method, max_new_tokens, depth, top_k, total_tokens,
-                                       temperature, top_p, seed, capacity, copy_branch, budget)
+    def run_live(self, prompt_text, progress=gr.Progress(), request: gr.Request = None, **knobs):
+        """Run was pressed: stream the run of `prompt_text` with `knobs` (run option name -> value, the names
+        `app.inputs.KNOBS` lists; one left out gets the page's default)."""
+        prompt, options = self._inputs(prompt_text, knobs)
         session = session_of(request)
         view = RunView(meta={"prompt": prompt, "options": options})
         live = LiveRun(view)
@@ -377,16 +376,17 @@ class Explorer:
             raise fail("cannot replay", f"{name} is not a readable NanoSpec trace ({type(exc).__name__})") from None
 
     # -- compare tab ----------------------------------------------------------------------
-    def run_compare(self, prompt_text, methods, max_new_tokens, depth, top_k, total_tokens, temperature, top_p,
-                    seed, capacity, copy_branch=DEFAULTS["copy_branch"], budget=DEFAULTS["budget"],
-                    progress=gr.Progress()):
+    def run_compare(self, prompt_text, methods, progress=gr.Progress(), **knobs):
+        """Compare was pressed: `ar` and each of `methods` on `prompt_text` with `knobs` (as `run_live`'s, but
+        for the method)."""
         chosen = [methods] if isinstance(methods, str) else list(methods or [])
         bad = [m for m in chosen if m not in METHODS]
         if bad:
             raise fail("invalid input", f"unknown methods {bad}; choose from {', '.join(METHODS[1:])}")
         methods = [m for m in METHODS[1:] if m in chosen]
-        prompt, base = self._inputs(prompt_text, "ar", max_new_tokens, depth, top_k, total_tokens,
-                                    temperature, top_p, seed, capacity, copy_branch, budget)
+        if "method" in knobs:
+            raise fail("invalid input", "Compare takes `methods`, not `method`")
+        prompt, base = self._inputs(prompt_text, {**knobs, "method": "ar"})
         self._engine(progress)
         greedy = base["temperature"] == 0.0
         summaries: dict[str, RunSummary] = {}
@@ -512,7 +512,7 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
 # a speedup well above τ means the `ar` timing it divides by was disturbed (as `nanospec compare` checks)
 TAU_SLACK = 1.25
 # the share of wall time the server process computes while a run streams, below which the machine was busy:
-# half the recorder's bound, as `python -m app.screenshot` uses for the app (the page's own work and the
+# half the recorder's bound, as `python -m app.dev.screenshot` uses for the app (the page's own work and the
 # decode thread's single-threaded stretches keep an idle server's share well below a bare benchmark's)
 APP_MIN_CPU_SHARE = MIN_CPU_SHARE / 2
 

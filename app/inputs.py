@@ -9,25 +9,25 @@ from nanospec.data.prompts import CATEGORIES, load_prompts
 from nanospec.options import METHODS, OPTIONS, run_defaults
 
 SPEC_METHODS = METHODS[1:]
-# the knobs the page offers, in the order the callbacks and the API take them
+# the run options the page offers (each a control built from its row in `nanospec.options.OPTIONS`), in the
+# order the page shows them and the API takes them after the prompt
 KNOBS = ("method", "max_new_tokens", "depth", "top_k", "total_tokens", "temperature", "top_p", "seed",
          "capacity", "copy_branch", "budget")
-# slider bounds: the option table's ranges for a shared front end (the engine validates again:
-# anything can arrive through the API)
+# the app's range of each knob: the option table's `ui` range for a shared front end, its sliders' bounds
+# (`generation_options` holds every request to it, the engine validates again: anything can arrive through the API)
 LIMITS = {name: OPTIONS[name].ui for name in KNOBS if OPTIONS[name].ui}
 APP_MAX_NEW_TOKENS = 64  # the page's starting answer length (the engine's own default is longer)
 
 
 def defaults_for(device) -> dict:
-    """The page's starting values on `device`: what a run there gets when the caller sets nothing
-    (`nanospec.options.run_defaults`: 3x4x12 + copy 10 + the draft budget on a CPU, 6x10x60 with
-    neither on a GPU), with the page's shorter answer length."""
+    """The page's starting values on `device`, name -> value in KNOBS order: what a run there gets when the
+    caller sets nothing (`nanospec.options.run_defaults`: 3x4x12 + copy 10 + the draft budget on a CPU,
+    6x10x60 with neither on a GPU), with the page's shorter answer length."""
     every = run_defaults(device)
     return {**{name: every[name] for name in KNOBS}, "max_new_tokens": APP_MAX_NEW_TOKENS}
 
 
 DEFAULTS = defaults_for("cpu")
-INT_OPTIONS = tuple(name for name in KNOBS if OPTIONS[name].type is int)
 
 _ROLE_LINE = re.compile(r"^(system|user|assistant):[ \t]?", re.IGNORECASE)
 
@@ -79,7 +79,7 @@ def example_prompts(per_category: int = 2) -> list[tuple[str, str]]:
 
 
 def _as_int(name: str, value):
-    """Sliders send floats; whole numbers become ints, anything else goes on for the engine to reject."""
+    """Sliders send floats; whole numbers become ints, anything else goes on to be refused."""
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     if isinstance(value, str):
@@ -90,31 +90,30 @@ def _as_int(name: str, value):
     return value
 
 
-def generation_options(method, max_new_tokens, depth, top_k, total_tokens, temperature, top_p, seed,
-                       capacity, copy_branch=DEFAULTS["copy_branch"], budget=DEFAULTS["budget"]) -> dict:
-    """Keyword options for `SpecEngine.stream` (the engine validates the ranges). `budget`: the
-    cost-aware draft budget (`TreeConfig.budget`), True or False (None: the engine's default)."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    opts = {"method": method, "max_new_tokens": max_new_tokens, "depth": depth, "top_k": top_k,
-            "total_tokens": total_tokens, "temperature": temperature, "top_p": top_p,
-            "seed": DEFAULTS["seed"] if seed is None else seed, "capacity": capacity,
-            "copy_branch": DEFAULTS["copy_branch"] if copy_branch is None else copy_branch,
-            "budget": DEFAULTS["budget"] if budget is None else budget}
-    for name in INT_OPTIONS:
-        opts[name] = _as_int(name, opts[name])
-    for name in ("temperature", "top_p"):
-        if isinstance(opts[name], bool) or not isinstance(opts[name], (int, float)):
-            raise ValueError(f"{name} must be a number; got {opts[name]!r}")
-        opts[name] = float(opts[name])
-    if not isinstance(opts["budget"], bool):  # a checkbox sends a bool; the API may send anything
-        raise ValueError(f"budget must be true or false; got {opts['budget']!r}")
-    seed = opts["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        raise ValueError(f"seed must be an integer in [0, 2^31); got {seed!r}")
-    # the app's own bounds (a shared Space should not run a million tokens); the engine checks types
-    for name, (lo, hi) in LIMITS.items():
-        value = opts[name]
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not lo <= value <= hi:
-            raise ValueError(f"{name} must be in [{lo}, {hi}] in this app; got {value!r}")
-    return opts
+def _knob_value(name: str, value):
+    """One knob's value as the engine takes it: coerced by its type in the option table, within the app's
+    range (its `ui` range: a shared Space should not run a million tokens), else within the table's bounds."""
+    opt = OPTIONS[name]
+    if opt.type is int:
+        value = _as_int(name, value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an integer; got {value!r}")
+    elif opt.type is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number; got {value!r}")
+        value = float(value)
+    if opt.ui is not None and not opt.ui[0] <= value <= opt.ui[1]:  # NaN is in no range
+        raise ValueError(f"{name} must be in [{opt.ui[0]}, {opt.ui[1]}] in this app; got {value!r}")
+    opt.check(value)  # a choice, a switch, or a range the app does not narrow
+    return value
+
+
+def generation_options(knobs: dict) -> dict:
+    """Keyword options for `SpecEngine.stream` from the page's knobs (name -> value, as its controls or an API
+    client send them; the engine validates again). A knob left out or None (an emptied box) gets the page's
+    starting value on a CPU (`DEFAULTS`); a name that is not one of KNOBS is refused."""
+    unknown = [name for name in knobs if name not in KNOBS]
+    if unknown:
+        raise ValueError(f"unknown options {unknown}; this app takes {', '.join(KNOBS)}")
+    defaults = defaults_for("cpu")
+    return {name: _knob_value(name, defaults[name] if knobs.get(name) is None else knobs[name]) for name in KNOBS}

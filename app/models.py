@@ -3,7 +3,7 @@
 Nothing here loads at import time. `EngineProvider.get()` loads on first use (reporting progress)
 and hands every later caller the same `(SpecEngine, PairInfo)`; `with_random_head` gives a target
 without a trained head a random one (`python app.py --random-head`). Engines for tests and
-development (a tiny random model, a slowed-down one) are in `app.devtools`, which builds on this
+development (a tiny random model, a slowed-down one) are in `app.dev.devtools`, which builds on this
 module (never the other way round).
 """
 

@@ -20,9 +20,9 @@ import torch
 
 from nanospec.presets import Preset, load_presets
 
-from . import zerogpu
-from .decoding import decode_thread
-from .models import EngineProvider, Loader, ProgressFn
+from app import zerogpu
+from app.decoding import decode_thread
+from app.models import EngineProvider, Loader, ProgressFn
 
 logger = logging.getLogger("nanospec.app")
 CUSTOM = "custom"  # the pair given on the command line with --model/--head (never in Space mode)

@@ -93,7 +93,7 @@ class RunView:
     stopped: bool = False                                     # Stop ended the run before its end
 
     def add(self, event: StepEvent, decoder: TokenDecoder) -> None:
-        from .charts import ORIGIN_LABELS
+        from app.charts import ORIGIN_LABELS
 
         self.events.append(event)
         self.pieces.extend(decoder.push(t) for t in event.tokens)

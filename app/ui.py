@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import gradio as gr
 
-from .callbacks import COMPARE_COLUMNS, LIVE_OUTPUTS, Explorer
-from .charts import ANSWER_CSS, answer_html
-from .lesson import LIVE_HEADER, build_lesson_tab, register_deep_link
-from .inputs import DEFAULTS, LIMITS, defaults_for, METHODS, SPEC_METHODS, example_prompts
-from .models import EngineProvider, Loader, pair_loader
-from .pairs import PairProvider, build_pair_picker
-from .race import race_component
+from app.callbacks import COMPARE_COLUMNS, LIVE_OUTPUTS, Explorer
+from app.charts import ANSWER_CSS, answer_html
+from app.lesson import LIVE_HEADER, build_lesson_tab, register_deep_link
+from app.inputs import SPEC_METHODS, defaults_for, example_prompts
+from app.models import EngineProvider, Loader, pair_loader
+from app.pairs import PairProvider, build_pair_picker
+from app.race import race_component
+from nanospec.options import OPTIONS
 
 MODEL_QUEUE = "model"  # every event that runs the model shares this queue: one run at a time
 
@@ -22,10 +23,6 @@ INTRO = """# NanoSpec Explorer
 Speculative decoding where the drafter scores only a small, context-chosen slice of the vocabulary.
 Pick a prompt and a method, press **Run**, and watch each decoding step: which tokens the drafter got right,
 how big its vocabulary is, where it missed and where the time goes. Output is lossless for every method."""
-
-BUDGET_HELP = "verify only the drafted nodes that pay for their verification on this device"
-METHOD_HELP = ("ar = plain autoregressive · full = EAGLE-2 tree over all V tokens · static = top-N frequent tokens "
-               "(FR-Spec) · nanospec = in-context set · hybrid = in-context set ∪ frequent core")
 
 
 def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 1.0,
@@ -54,26 +51,15 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                             example_labels=[label for label, _ in examples], examples_per_page=7,
                             label="Example prompts (one per category per page)")
             with gr.Column(scale=2):
-                method = Radio(list(METHODS), value=DEFAULTS["method"], label="Method (Live tab)",
-                                  info=METHOD_HELP, elem_id="method")
-                max_new = _slider("max_new_tokens", "max new tokens", elem_id="max-new-tokens")
+                # the run options (app/inputs.py's KNOBS), each built from its row in the option table: the
+                # first two on show, the rest three to a row; the GPU tree on a GPU
+                start = defaults_for(provider.device_hint)
+                names = list(start)
+                knobs = {name: knob_control(name, start[name]) for name in names[:2]}
                 with gr.Accordion("Tree, sampling and vocabulary settings", open=False):
-                    with gr.Row():
-                        start = defaults_for(provider.device_hint)  # the GPU tree on a GPU
-                        depth = _slider("depth", "tree depth", defaults=start)
-                        top_k = _slider("top_k", "top-k per level", defaults=start)
-                        total = _slider("total_tokens", "total tree tokens", defaults=start)
-                    with gr.Row():
-                        temperature = _slider("temperature", "temperature (0 = greedy)", step=0.05)
-                        top_p = _slider("top_p", "top-p", step=0.05)
-                        seed = Number(value=DEFAULTS["seed"], precision=0, label="seed", minimum=0)
-                    with gr.Row():
-                        capacity = _slider("capacity", "NanoSpec capacity (in-context set size limit)", step=64)
-                        copy_branch = _slider("copy_branch", "copy branch: prompt-lookup tokens added to the "
-                                              "tree (0 = off)", defaults=start, elem_id="copy-branch")
-                        budget = gr.Checkbox(value=start["budget"], label="draft budget", info=BUDGET_HELP,
-                                             elem_id="budget")
-        knobs = [max_new, depth, top_k, total, temperature, top_p, seed, capacity, copy_branch, budget]
+                    for row in range(2, len(names), 3):
+                        with gr.Row():
+                            knobs.update({name: knob_control(name, start[name]) for name in names[row:row + 3]})
 
         with gr.Tabs() as tabs:
             with gr.Tab("Live", id="live"):
@@ -122,11 +108,9 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                                      elem_id="compare-race-btn")
                 race = race_component(elem_id="compare-race")
 
-            lesson = build_lesson_tab(
-                {"prompt": prompt, "method": method, "max_new_tokens": max_new, "depth": depth, "top_k": top_k,
-                 "total_tokens": total, "temperature": temperature, "top_p": top_p, "seed": seed,
-                 "capacity": capacity},
-                tabs)
+            # "Try it live" fills the prompt and the chapter's settings (the copy branch and the draft budget
+            # as the chapter's run was recorded: the budget chapter opens Live with the budget on)
+            lesson = build_lesson_tab({"prompt": prompt, **knobs}, tabs)
 
         # -- wiring ----------------------------------------------------------------------------
         named = {"answer": answer, "kpis": kpis, "vocab_plot": vocab_plot, "coverage_plot": coverage_plot,
@@ -136,7 +120,9 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
         # Stop tells the run to end after its current step; the run then sends its last values itself
         # (a Gradio cancel would race the run's last streamed values against Stop's: see `LiveRun`)
         run_btn.click(explorer.run_requested, None, None, queue=False, api_visibility="undocumented")
-        run_btn.click(explorer.run_live, [prompt, method, *knobs], live_outputs, api_name="run",
+        # the knobs go by name (`inputs_kwargs`): each callback gets them as one dict, and the API's parameters
+        # are the prompt and the option names
+        run_btn.click(explorer.run_live, [prompt], live_outputs, inputs_kwargs=knobs, api_name="run",
                       concurrency_id=MODEL_QUEUE, concurrency_limit=1,
                       show_progress_on=[run_status, answer])  # next to Run: in view when it is pressed
         stop_btn.click(explorer.after_stop, [view], live_outputs, api_name="stop", show_progress="hidden",
@@ -146,8 +132,10 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
         # a bad file: its message (a toast) and nothing else, not an error badge on every output
         replay_file.upload(explorer.replay, [replay_file], live_outputs, api_name="replay", concurrency_limit=None,
                            show_progress="hidden")
-        compare_event = compare_btn.click(explorer.run_compare, [prompt, methods, *knobs],
-                                          [table, compare_plot, verdict, compare_runs], api_name="compare",
+        settings = {name: control for name, control in knobs.items() if name != "method"}  # Compare has its own
+        compare_event = compare_btn.click(explorer.run_compare, [prompt, methods],
+                                          [table, compare_plot, verdict, compare_runs], inputs_kwargs=settings,
+                                          api_name="compare",
                                           concurrency_id=MODEL_QUEUE, concurrency_limit=1,
                                           show_progress_on=[verdict])
         compare_stop.click(None, None, None, cancels=[compare_event], api_visibility="undocumented")
@@ -162,7 +150,7 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
 def calm_queue_polling(demo: gr.Blocks, idle_poll_s: float = 0.05, progress_poll_s: float = 0.1) -> None:
     """Slow Gradio's queue polling down: by default its event loop wakes every 1 ms to look for new
     jobs and every 10 ms for progress. On a small CPU those wake-ups take time from the decoding
-    thread (`python -m app.bench_app` measures the app's overhead; docs/benchmarks.md). A queued run now
+    thread (`python -m app.dev.bench_app` measures the app's overhead; docs/benchmarks.md). A queued run now
     starts up to 50 ms later. Gradio has no public setting for this; if its queue changes, this
     does nothing."""
     queue = getattr(demo, "_queue", None)
@@ -171,9 +159,26 @@ def calm_queue_polling(demo: gr.Blocks, idle_poll_s: float = 0.05, progress_poll
             setattr(queue, name, max(getattr(queue, name), value))
 
 
-def _slider(name: str, label: str, step: float = 1, defaults: dict = DEFAULTS, **kw) -> gr.Slider:
-    lo, hi = LIMITS[name]
-    return Slider(lo, hi, value=defaults[name], step=step, label=label, **kw)
+# a slider over more steps than this is no use to drag: a number box instead (the seed's)
+MAX_SLIDER_STEPS = 10_000
+
+
+def knob_control(name: str, value) -> gr.Component:
+    """The control for run option `name` (nanospec/options.py), starting at `value`: a radio for a choice, a
+    checkbox for a switch (both with the option's help as their info line), a slider over the option's `ui`
+    range (or its bounds), a number box where that range is too wide to slide or open-ended."""
+    opt = OPTIONS[name]
+    common = dict(value=value, label=opt.label, elem_id=name.replace("_", "-"))
+    if opt.choices is not None:
+        return Radio(list(opt.choices), info=opt.help, **common)
+    if opt.type is bool:
+        return gr.Checkbox(info=opt.help, **common)
+    lo, hi = opt.ui or (opt.lo, opt.hi)
+    if lo is not None and hi is not None:
+        step = opt.ui_step or (1 if opt.type is int else (hi - lo) / 100)
+        if (hi - lo) / step <= MAX_SLIDER_STEPS:
+            return Slider(lo, hi, step=step, **common)
+    return Number(minimum=lo, maximum=hi, precision=0 if opt.type is int else None, **common)
 
 
 # Gradio's own range/choice checks raise errors that print a traceback in the server log. These

@@ -9,16 +9,17 @@ token origins, each defined once), `nanospec.events` (step events, summaries, th
 `nanospec.hub` (hub folders through one replaceable download function), `nanospec.data.prompts`
 (the prompt set and prompt files), `nanospec.precision` (exactness at low precision: first divergence
 and the target's margin there), `nanospec.lesson.record` (the recorded lesson's file names, format and command),
-`nanospec.lesson.stability` (whether timings were steady enough to show), and, for
+`nanospec.lesson.stability` (whether timings were steady enough to show),
+`nanospec.decoding.budget` (the draft budget's `CostCurve`, as `SpecEngine.cost_curve()` returns it), and, for
 tests and development only, `nanospec.bench.random_pair` (random-weight models). Anything else,
 and any name starting with `_`, may change without notice.
 """
 
-from . import metrics
-from .config import METHODS, GenerationConfig, SamplingConfig, TreeConfig, VocabConfig
-from .engine import SpecEngine
-from .events import STOP_REASONS, RunSummary, StepEvent, events_to_frame, load_trace, save_trace, stop_message, summarize
-from .run import Run, RunResult
+from nanospec import metrics
+from nanospec.config import METHODS, GenerationConfig, SamplingConfig, TreeConfig, VocabConfig
+from nanospec.decoding.engine import SpecEngine
+from nanospec.events import STOP_REASONS, RunSummary, StepEvent, events_to_frame, load_trace, save_trace, stop_message, summarize
+from nanospec.decoding.run import Run, RunResult
 
 __all__ = [
     "METHODS", "GenerationConfig", "SamplingConfig", "TreeConfig", "VocabConfig",

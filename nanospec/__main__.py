@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from .config import GenerationConfig
-from .options import METHODS, OPTIONS, Option, run_defaults
+from nanospec.config import GenerationConfig
+from nanospec.options import METHODS, OPTIONS, Option, run_defaults
 
 
 def _progress_bar():
@@ -128,14 +128,14 @@ def _decode_options(a) -> dict:
 
 
 def _load(a):
-    from .pair import load_pair
+    from nanospec.pair import load_pair
     engine, info = load_pair(a.model, a.head, device=a.device, dtype=a.dtype, freq_table=a.freq_table,
                              progress=_progress_bar(), pack_linears=not a.no_pack)
     return engine, info
 
 
 def _read_prompts(path: str | None, split: str | None) -> list:
-    from .data.prompts import load_prompts, prompt_input
+    from nanospec.data.prompts import load_prompts, prompt_input
     return [prompt_input(item) for item in load_prompts(path, split=split)]
 
 
@@ -162,24 +162,25 @@ def cmd_generate(a) -> int:
           f"{'-' if s.coverage is None else f'{100 * s.coverage:.1f}%'}, draft {s.draft_ms_per_step:.2f} ms/step, "
           f"stop: {s.stop_reason}", file=sys.stderr)
     if s.stop_reason == "context_limit":
-        from .events import stop_message
+        from nanospec.events import stop_message
         print(f"note: {stop_message(s.stop_reason, engine.max_context)}", file=sys.stderr)
     if a.trace:
-        from .events import save_trace
+        from nanospec.events import save_trace
         save_trace(a.trace, run.events, s, meta={"target": info.target, "config": cfg.to_dict()})
     return 0
 
 
 def cmd_compare(a) -> int:
-    from .bench.compare import by_category, compare, format_by_category, format_table, peak_memory_mb, resident_split_mb
-    from .data.prompts import load_prompts, prompt_input
-    from .pair import missing_before_load
+    from nanospec.bench.compare import by_category, compare, format_by_category, format_table, peak_memory_mb, resident_split_mb
+    from nanospec.data.prompts import load_prompts, prompt_input
+    from nanospec.pair import missing_before_load
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise ValueError(f"--methods: unknown {bad}; allowed: {', '.join(METHODS)}")
     items = load_prompts(a.prompts, split=a.split)[: a.limit or None]  # read once: messages and categories
     methods = _skip(methods, missing_before_load(methods, a.model, a.head, a.freq_table))  # before loading
+    peer = _peer_before_load(a)
     engine, info = _load(a)
     _fill_defaults(a, engine.device)  # options left unset: this device's run defaults
     methods = _skip(methods, {m: engine.missing_for(m) for m in methods if engine.missing_for(m)})
@@ -188,7 +189,7 @@ def cmd_compare(a) -> int:
     options = _decode_options(a)
     table = compare(engine, prompts, methods, options, prompt_lookup=a.prompt_lookup,
                     progress=_prompt_progress, repeat=a.repeat, copy_branches=a.copy_branches,
-                    budgets=(False, True) if a.budget == "both" else ())
+                    budgets=(False, True) if a.budget == "both" else (), peer=_peer_runner(peer, a, engine, info))
     print(file=sys.stderr)
     print(f"target {info.target} (V={info.vocab_size}, H={info.hidden_size}) | head {info.head} ({info.head_family}) | "
           f"device {info.device} {info.dtype} | {len(prompts)} prompts x {a.repeat} | "
@@ -200,6 +201,7 @@ def cmd_compare(a) -> int:
         if row.get("budget_share"):
             print(f"{row['method']}: the draft budget's own time is {100 * row['budget_share']:.1f}% of a step")
     _print_trust(table)
+    _print_peer(peer, table)
     if len(set(categories)) > 1:
         print("\nby prompt category:")
         print(format_by_category(by_category(table, categories), [r["method"] for r in table if r["method"] != "ar"]))
@@ -211,9 +213,57 @@ def cmd_compare(a) -> int:
     return _save_and_check(table, a)
 
 
+def _peer_before_load(a):
+    """`--peer`, checked before this engine loads: the peer, or None when none was asked for or vLLM
+    cannot run from `--vllm-python` (missing, too old): then one line says why and compare goes on."""
+    if not a.peer:
+        return None
+    from nanospec.bench.peers import VllmPeer, default_python, parse_peers
+    specs = parse_peers(a.peer)
+    if a.temperature != 0:
+        raise ValueError("--peer compares greedy outputs token for token: it needs --temperature 0, "
+                         f"not {a.temperature}")
+    peer = VllmPeer(specs, a.vllm_python or default_python())
+    if not peer.check():
+        print(peer.failure_lines()[0], file=sys.stderr)
+        return None
+    return peer
+
+
+def _peer_runner(peer, a, engine, info):
+    """compare's `peer`: the prompts' token ids -> the peer's runs on this pair's target and head."""
+    if peer is None:
+        return None
+    import torch
+    from nanospec.bench.peers import PeerTarget
+
+    def local(name):  # the child runs in a temporary folder: folders by absolute path, hub ids as they are
+        return name if name is None or not Path(name).exists() else str(Path(name).resolve())
+    target = PeerTarget(model=local(str(engine.model.name_or_path)), head=local(info.head),
+                        head_family=info.head_family, dtype=info.dtype, max_new_tokens=a.max_new_tokens,
+                        stop_token_ids=sorted(engine.eos_token_ids), threads=torch.get_num_threads())
+    return lambda ids: peer.run(target, ids)
+
+
+def _print_peer(peer, table: list[dict]) -> None:
+    """Under the table: a line per peer kind that failed, and how the peer's rows were measured."""
+    if peer is None:
+        return
+    for line in peer.failure_lines():
+        print(line)
+    rows = [r for r in table if r.get("peer")]
+    if rows:
+        p = rows[0]["peer"]
+        own = [f"{r['method']} {r['peer']['speedup_vs_own_plain']:.2f}x" for r in rows
+               if r["peer"]["kind"] != "plain" and r["peer"]["speedup_vs_own_plain"] is not None]
+        print(f"{', '.join(r['method'] for r in rows)}: vLLM {p['vllm']} on {p['device']}, {p['threads']} threads, "
+              "in a child process after this engine's rows (not interleaved); speedup is against this engine's ar"
+              + (f"; against vLLM's own plain: {', '.join(own)}" if own else ""))
+
+
 def _print_trust(table: list[dict]) -> None:
     """Under the table: a warning line per row whose timings cannot be trusted (bench.compare.assess_trust)."""
-    from .bench.compare import trust_warnings
+    from nanospec.bench.compare import trust_warnings
     for line in trust_warnings(table):
         print(line)
 
@@ -233,20 +283,21 @@ def _save_and_check(table: list[dict], a) -> int:
     """Write `--json`; exit code 1 if a speculative method's greedy output differs from ar in a way that
     the target's precision does not explain (any difference in fp32; in bf16/fp16 one that is not a
     near-tie: see precision.py)."""
-    from .bench.compare import exactness_notes
+    from nanospec.bench.compare import exactness_notes
     if a.json:
         Path(a.json).write_text(json.dumps(table, indent=2))
     notes = exactness_notes(table)
     if notes:
         print("\n".join(notes), file=sys.stderr)
-    if a.temperature == 0 and any(r.get("exactness") == "differs" for r in table if r["method"] != "prompt_lookup"):
+    if a.temperature == 0 and any(r.get("exactness") == "differs" for r in table
+                                  if r["method"] != "prompt_lookup" and not r.get("peer")):  # outside: reported only
         print("ERROR: a speculative method's output differs from autoregressive decoding", file=sys.stderr)
         return 1
     return 0
 
 
 def cmd_sweep(a) -> int:
-    from .bench.compare import format_table, parse_tree_settings, sweep
+    from nanospec.bench.compare import format_table, parse_tree_settings, sweep
     if a.budget == "both":
         raise ValueError("sweep takes --budget on or off ('both' is for compare)")
     engine, info = _load(a)
@@ -267,7 +318,7 @@ def cmd_sweep(a) -> int:
 
 
 def cmd_random_pair(a) -> int:
-    from .bench.random_pair import write_random_pair
+    from nanospec.bench.random_pair import write_random_pair
     target, head = write_random_pair(a.out, a.vocab, a.hidden, a.layers, config_like=a.config_like, seed=a.seed)
     print(f"target: {target}\nhead:   {head}")
     return 0
@@ -298,6 +349,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run transformers' prompt-lookup decoding with N tokens (outside reference)")
     c.add_argument("--repeat", type=int, default=1)
     c.add_argument("--json", default=None, help="write the table as JSON")
+    c.add_argument("--peer", default=None, metavar="vllm:KIND[,...]",
+                   help="also run the prompts through vLLM in a child process (greedy, batch 1, same target): "
+                        "vllm:plain, vllm:ngram, vllm:eagle (this pair's head); vllm:eagle:N drafts N tokens; "
+                        "see docs/serving.md")
+    c.add_argument("--vllm-python", default=None, metavar="PATH",
+                   help="python of the environment that has vLLM (default: $NANOSPEC_VLLM_PYTHON, else this one)")
     c.set_defaults(func=cmd_compare)
 
     w = sub.add_parser("sweep", help="one method at several tree sizes against ar (tune the tree for a machine)")

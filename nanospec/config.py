@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-from .options import METHODS, OPTIONS, default, options_of, run_defaults
+from nanospec.options import METHODS, OPTIONS, default, options_of, run_defaults
 
 __all__ = ["METHODS", "TREE_OPTIONS", "GenerationConfig", "SamplingConfig", "TreeConfig", "VocabConfig",
            "default_tree"]

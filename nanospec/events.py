@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import metrics
-from .timing import DRAFT_PHASES, PHASES
+from nanospec import metrics
+from nanospec.timing import DRAFT_PHASES, PHASES
 
 if TYPE_CHECKING:  # pandas is imported where a frame is made: decoding itself never needs it
     import pandas as pd

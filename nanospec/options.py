@@ -1,8 +1,8 @@
 """Every run option, declared once: its name, the config that owns it, type, bounds, help and default.
 
 The config dataclasses (`config.py`) take their defaults and their validation from this table; the
-command line's decoding flags (`__main__.py`) are generated from it; the app's controls, its API's
-inputs and the pair presets' overrides are checked against it. `run_defaults(device)` is the one
+command line's decoding flags (`__main__.py`) and the app's controls and API parameters (`app/ui.py`)
+are generated from it; the app's requests and the pair presets' overrides are checked against it. `run_defaults(device)` is the one
 answer to "what does a run on this device get when the caller sets nothing".
 
     from nanospec.options import OPTIONS, run_defaults, check_option
@@ -28,7 +28,9 @@ class Option:
     """One run option. `default` is a CPU's (and every device's where `cuda` is left unset); `cuda`
     is a CUDA device's where it differs. Numbers lie in [`lo`, `hi`] (`lo_open`: `lo` itself is
     excluded; None: unbounded on that side); `choices` lists a string option's values; `nullable`
-    admits None. `ui` is the narrower range a shared front end offers (the app's sliders).
+    admits None. `ui` is the narrower range a shared front end offers (the app's sliders), `ui_step` its
+    slider's step (None: 1 for an integer, a hundredth of the range for a number) and `label` the
+    control's short name (None: the name, spaced).
 
     `cli` says how the command line takes it: "value" (`--name X`), "list" (`--name A,B`: compare and
     sweep run each value), "flag" (`--name` sets True), "switch" (`--name on|off|both`: compare runs
@@ -46,6 +48,8 @@ class Option:
     choices: tuple | None = None
     nullable: bool = False
     ui: tuple | None = None
+    ui_step: float | None = None
+    label: str | None = None
     cli: str = "value"
 
     def __post_init__(self):
@@ -60,6 +64,8 @@ class Option:
         for value in (self.default, self.cuda):
             if value is not _SAME:
                 self.check(value)  # a default the option itself would refuse is a mistake in the table
+        if self.label is None:
+            object.__setattr__(self, "label", self.name.replace("_", " "))
 
     def default_for(self, device) -> object:
         """This option's value on `device` (a torch.device or its name) when the caller sets none."""
@@ -119,33 +125,36 @@ _TABLE = [
     Option("stop_on_eos", "run", bool, "stop at the model's end-of-sequence token", True, cli="none"),
     # the draft tree (TreeConfig): 3x4x12 suits a CPU, where every verified token costs time; a GPU
     # verifies 60 tokens for about the price of one, so there it is EAGLE-2's depth 6, top-k 10, 60 nodes
-    Option("depth", "tree", int, "draft tree: levels drafted per step", 3, cuda=6, lo=1, hi=32, ui=(1, 12)),
+    Option("depth", "tree", int, "draft tree: levels drafted per step", 3, cuda=6, lo=1, hi=32, ui=(1, 12),
+           label="tree depth"),
     Option("top_k", "tree", int, "draft tree: nodes kept per level (the frontier's width)", 4, cuda=10,
-           lo=1, hi=64, ui=(1, 16)),
+           lo=1, hi=64, ui=(1, 16), label="top-k per level"),
     Option("total_tokens", "tree", int, "draft tree: nodes verified per step, the root included", 12, cuda=60,
-           lo=2, hi=512, ui=(2, 128)),
+           lo=2, hi=512, ui=(2, 128), label="total tree tokens"),
     # the copy branch and the draft budget were chosen on a CPU (docs/benchmarks.md, "Context-copy
     # branch", "Draft budget") and have not been measured on a GPU: off there
     Option("copy_branch", "tree", int, "tree methods: add the context-copy chain (prompt lookup over the prompt "
            "and the answer so far) of up to N tokens to every draft tree, 0 = off", 10, cuda=0, lo=0, hi=64,
-           ui=(0, 16), cli="list"),
+           ui=(0, 16), label="copy branch: prompt-lookup tokens added to the tree (0 = off)", cli="list"),
     Option("copy_ngram", "tree", int, "copy branch: longest n-gram matched (then shorter ones, as transformers' "
            "prompt lookup)", 2, lo=1, hi=16),
     Option("fixed_shape", "tree", bool, "verify the same number of tree nodes every step (the copy chain's unused "
            "slots as PAD nodes), as a GPU always does; a CPU otherwise drops them first", False, cli="flag"),
     Option("budget", "tree", bool, "tree methods: the cost-aware draft budget, which verifies each step only the "
            "nodes whose calibrated acceptance chance pays for their verification on this device", True,
-           cuda=False, cli="switch"),
+           cuda=False, label="draft budget", cli="switch"),
     # sampling (SamplingConfig)
     Option("temperature", "sampling", float, "sampling temperature, 0 = greedy (otherwise lossless speculative "
-           "sampling from the warped target)", 0.0, lo=0, ui=(0.0, 2.0)),
+           "sampling from the warped target)", 0.0, lo=0, ui=(0.0, 2.0), ui_step=0.05,
+           label="temperature (0 = greedy)"),
     Option("top_p", "sampling", float, "nucleus sampling: keep the smallest set of tokens whose probability "
-           "reaches top_p", 1.0, lo=0, lo_open=True, hi=1, ui=(0.05, 1.0)),
+           "reaches top_p", 1.0, lo=0, lo_open=True, hi=1, ui=(0.05, 1.0), ui_step=0.05,
+           label="top-p"),
     Option("seed", "sampling", int, "sampling seed (None: a fresh random one)", 0, lo=0, hi=2**64 - 1,
            nullable=True, ui=(0, 2**31 - 1)),
     # the draft vocabulary (VocabConfig)
     Option("capacity", "vocab", int, "nanospec/hybrid: most in-context ids kept (FIFO eviction)", 3072,
-           lo=1, hi=10_000_000, ui=(64, 16384)),
+           lo=1, hi=10_000_000, ui=(64, 16384), ui_step=64, label="NanoSpec capacity (in-context set size limit)"),
     Option("static_size", "vocab", int, "static: the top-N most frequent ids scored", 32768, lo=1, hi=10_000_000),
     Option("core_size", "vocab", int, "hybrid: the top-M frequent ids always active", 1024, lo=0, hi=10_000_000),
     Option("ctx_topk", "vocab", int, "nanospec/hybrid: the target's top-k added per prompt position (Ctx) and "

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import hub
-from .default_model import ProgressFn, is_default_alias
-from .engine import SpecEngine
-from .head import load_head
-from .head3 import is_eagle3_folder, load_eagle3
-from .paths import ASSETS
+from nanospec import hub
+from nanospec.loaders.default_model import ProgressFn, is_default_alias
+from nanospec.decoding.engine import SpecEngine
+from nanospec.heads.head import load_head
+from nanospec.heads.head3 import is_eagle3_folder, load_eagle3
+from nanospec.paths import ASSETS
 
 DEFAULT_HEAD = ASSETS / "heads" / "smollm2-135m-eagle"
 DEFAULT_FREQ = ASSETS / "freq" / "smollm2_token_freq.safetensors"
@@ -56,7 +56,7 @@ def load_pair(model: str | None = None, head: str | Path | None = None, *, devic
     one when its vocabulary matches the target.
     `pack_linears=False` keeps PyTorch's default fp32 CPU linear kernel (see cpu_linear.py).
     """
-    from .loading import check_dtype_supported, load_target, resolve_device, resolve_dtype
+    from nanospec.loaders.loading import check_dtype_supported, load_target, resolve_device, resolve_dtype
 
     torch_device = resolve_device(device)
     check_dtype_supported(resolve_dtype(dtype, torch_device), torch_device)  # before any download or weight read
@@ -87,7 +87,7 @@ def load_pair(model: str | None = None, head: str | Path | None = None, *, devic
 
 def _frequent_ids(freq_table: str | Path | None, vocab: int):
     """All ids by frequency from the table (None when the default table does not fit this vocabulary)."""
-    from .data.freq_table import load_frequency_table, top_ids
+    from nanospec.data.freq_table import load_frequency_table, top_ids
 
     table = Path(freq_table) if freq_table is not None else DEFAULT_FREQ
     if not table.exists():

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .kv import new_cache
-from .verify import target_forward
+from nanospec.decoding.kv import new_cache
+from nanospec.decoding.verify import target_forward
 
 EXACT_DTYPES = (torch.float32, torch.float64)
 # how many units of the dtype's spacing two kernels' logits may differ by after a whole forward

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from .config import TreeConfig
-from .default_model import ProgressFn
-from .options import check_overrides, options_of, run_defaults
-from .paths import ASSETS
+from nanospec.config import TreeConfig
+from nanospec.loaders.default_model import ProgressFn
+from nanospec.options import check_overrides, options_of, run_defaults
+from nanospec.paths import ASSETS
 
 PRESETS_PATH = ASSETS / "presets.json"
 ROOT = ASSETS.parent
@@ -77,8 +77,8 @@ class Preset:
 
     def load(self, device: str | None = None, progress: ProgressFn | None = None, pack_linears: bool = True):
         """`load_pair` with this preset's files and the dtype for `device` (default: CUDA if available)."""
-        from .loading import resolve_device
-        from .pair import load_pair
+        from nanospec.loaders.loading import resolve_device
+        from nanospec.pair import load_pair
 
         resolved = resolve_device(device)
         settings = self.settings(resolved.type)

@@ -1,9 +1,11 @@
-"""One phase timer: CUDA events on GPU (resolved once per step), perf_counter on CPU."""
+"""One phase timer: CUDA events on GPU (resolved once per step), perf_counter on CPU; and `metered`, which
+says whether a timed block had the machine to itself."""
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -12,6 +14,28 @@ PHASES = (
     "verify_forward", "accept", "kv_compact", "vocab_update", "budget",
 )
 DRAFT_PHASES = ("draft_layers", "lm_head", "gather_wait", "topk", "copy_lookup")
+MIN_CPU_SHARE = 0.75  # a timing during which the process computed less than this was sharing the machine
+
+
+@dataclass
+class Meter:
+    """A block's wall time and the share of it this process computed: CPU time / (wall x torch threads);
+    another job on the machine lowers it (on a CPU device; a GPU's work is not counted)."""
+
+    wall_s: float = 0.0
+    cpu_share: float = 1.0
+
+
+@contextmanager
+def metered():
+    """Wall time and CPU share of the block: `with metered() as m: ...; m.cpu_share`."""
+    m = Meter()
+    w0, c0 = time.perf_counter(), time.process_time()
+    try:
+        yield m
+    finally:
+        m.wall_s = time.perf_counter() - w0
+        m.cpu_share = (time.process_time() - c0) / max(m.wall_s, 1e-9) / max(torch.get_num_threads(), 1)
 
 
 class PhaseTimer:

@@ -21,9 +21,9 @@ from typing import Protocol
 
 import torch
 
-from .cpu_linear import PackedLinear, can_pack
-from .timing import PhaseTimer
-from . import transfer
+from nanospec.loaders.cpu_linear import PackedLinear, can_pack
+from nanospec.timing import PhaseTimer
+from nanospec.decoding import transfer
 
 
 @dataclass

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from nanospec.engine import SpecEngine
+from nanospec.decoding.engine import SpecEngine
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
 
 VOCAB = 32000

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from nanospec.head import EagleHead, head_config_from_target
+from nanospec.heads.head import EagleHead, head_config_from_target
 
 VOCAB, HIDDEN = 320, 64
 

@@ -6,14 +6,14 @@ the same three-call drafter interface as `EagleDrafter`, so the engine's verific
 bonus token and KV compaction are exercised with long accepted paths.
 
 `greedy_accept` is the greedy rule written as the plain tree walk, independently of the device
-version (`nanospec.accept.greedy_path`, which decides every node at once).
+version (`nanospec.decoding.accept.greedy_path`, which decides every node at once).
 """
 
 from __future__ import annotations
 
 import torch
 
-from nanospec.tree import DraftTree, depths_from_parents
+from nanospec.decoding.tree import DraftTree, depths_from_parents
 
 
 class OracleDrafter:

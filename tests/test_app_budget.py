@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 
 from app.callbacks import LIVE_OUTPUTS, Explorer
-from app.devtools import tiny_loader
-from app.inputs import DEFAULTS
+from app.dev.devtools import tiny_loader
 from app.models import EngineProvider
 from app.trace import load_view
-from nanospec.budget import CostCurve
+from nanospec.decoding.budget import CostCurve
 
-ARGS = ("the draft tree accepts the draft tree the draft tree", "nanospec", 16, 3, 4, 12, 0.0, 1.0, 0, 3072,
-        DEFAULTS["copy_branch"])
+PROMPT = "the draft tree accepts the draft tree the draft tree"
+KNOBS = dict(method="nanospec", max_new_tokens=16, depth=3, top_k=4, total_tokens=12)  # the rest: the page's
 QUIET = dict(progress=lambda *a, **k: None)
 
 
@@ -38,8 +37,8 @@ def _final(outs) -> dict:
 
 def test_a_budgeted_live_run_shows_what_the_budget_kept(tmp_path):
     explorer = budgeted_explorer()
-    plain = _final(list(explorer.run_live(*ARGS, False, **QUIET)))
-    outs = list(explorer.run_live(*ARGS, True, **QUIET))
+    plain = _final(list(explorer.run_live(PROMPT, **KNOBS, budget=False, **QUIET)))
+    outs = list(explorer.run_live(PROMPT, **KNOBS, budget=True, **QUIET))
     final = _final(outs)
     view = final["view"]
     assert view.meta["options"]["budget"] is True

@@ -352,29 +352,32 @@ def test_page_defaults_follow_the_engine_default_tree_per_device():
 
 
 def test_generation_options_coerce_and_bound():
-    opts = generation_options("nanospec", 16.0, 4.0, 6, 24, 0, 1, 0.0, 3072.0)
+    page = dict(method="nanospec", max_new_tokens=16.0, depth=4.0, top_k=6, total_tokens=24, temperature=0, top_p=1,
+                seed=0.0, capacity=3072.0)  # sliders send floats
+    opts = generation_options(page)
     assert opts == {"method": "nanospec", "max_new_tokens": 16, "depth": 4, "top_k": 6, "total_tokens": 24,
                     "temperature": 0.0, "top_p": 1.0, "seed": 0, "capacity": 3072, "copy_branch": 10,
                     "budget": TreeConfig().budget}  # the engine's default
-    assert generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 4.0)["copy_branch"] == 4
-    assert generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 4, True)["budget"] is True
-    assert generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 4, None)["budget"] is TreeConfig().budget
-    for bad in (1, "true", "on", [], 0.0):
-        with pytest.raises(ValueError, match="budget must be true or false"):
-            generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 4, bad)
-    with pytest.raises(ValueError, match="copy_branch"):
-        generation_options("nanospec", 16, 4, 6, 24, 0, 1, 0, 3072, 99)
     assert all(type(opts[k]) is int for k in ("max_new_tokens", "depth", "seed", "capacity"))
-    for args, match in ((("bogus", 16, 4, 6, 24, 0, 1, 0, 3072), "method"),
-                        (("ar", 10_000, 4, 6, 24, 0, 1, 0, 3072), "max_new_tokens"),
-                        (("ar", 16, 4, 6, 24, -1.0, 1, 0, 3072), "temperature"),
-                        (("ar", 16, 4, 6, 24, 0, 1, 2.5, 3072), "seed"),
-                        (("ar", "many", 4, 6, 24, 0, 1, 0, 3072), "max_new_tokens"),
-                        (("ar", 16, 4, 6, 24, True, 1, 0, 3072), "temperature must be a number"),
-                        (("ar", 16, 4, 6, 24, 0, "1", 0, 3072), "top_p must be a number")):
+    assert generation_options({**page, "copy_branch": 4.0})["copy_branch"] == 4
+    assert generation_options({**page, "budget": True})["budget"] is True
+    assert generation_options({**page, "budget": None})["budget"] is TreeConfig().budget  # None: the default
+    for bad in (1, "true", "on", [], 0.0):
+        with pytest.raises(ValueError, match="budget must be True or False"):
+            generation_options({**page, "budget": bad})
+    for change, match in (({"copy_branch": 99}, r"copy_branch must be in \[0, 16\] in this app"),
+                          ({"method": "bogus"}, "method must be one of ar, full"),
+                          ({"max_new_tokens": 10_000}, "max_new_tokens"),
+                          ({"temperature": -1.0}, "temperature"),
+                          ({"seed": 2.5}, "seed"),
+                          ({"max_new_tokens": "many"}, "max_new_tokens"),
+                          ({"temperature": True}, "temperature must be a number"),
+                          ({"top_p": "1"}, "top_p must be a number"),
+                          ({"bogus": 1}, "unknown options")):
         with pytest.raises(ValueError, match=match):
-            generation_options(*args)
-    assert not math.isnan(generation_options("ar", 1, 1, 1, 2, 2.0, 0.05, 2**31 - 1, 64)["top_p"])
+            generation_options({**page, **change})
+    assert not math.isnan(generation_options(dict(method="ar", max_new_tokens=1, depth=1, top_k=1, total_tokens=2,
+                                                  temperature=2.0, top_p=0.05, seed=2**31 - 1, capacity=64))["top_p"])
 
 
 def test_streamed_payload_is_the_validated_figure(frame):

@@ -14,10 +14,9 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client, handle_file  # noqa: E402
 
 from app.charts import answer_tokens  # noqa: E402
-from app.devtools import tiny_loader  # noqa: E402
-from app.inputs import DEFAULTS  # noqa: E402
+from app.dev.devtools import tiny_loader  # noqa: E402
 from app.ui import build_app  # noqa: E402
-from nanospec.budget import CostCurve  # noqa: E402
+from nanospec.decoding.budget import CostCurve  # noqa: E402
 from nanospec.config import TreeConfig  # noqa: E402
 from nanospec.events import load_trace  # noqa: E402
 
@@ -91,8 +90,8 @@ def test_the_draft_budget_checkbox_reaches_the_engine(served):
     params = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/run"]["parameters"]
     assert [p["parameter_name"] for p in params][-2:] == ["copy_branch", "budget"]
     assert params[-1]["parameter_default"] is TreeConfig().budget
-    plain = client.predict(*RUN_ARGS, DEFAULTS["copy_branch"], False, api_name="/run")
-    out = client.predict(*RUN_ARGS, DEFAULTS["copy_branch"], True, api_name="/run")
+    plain = client.predict(*RUN_ARGS, budget=False, api_name="/run")
+    out = client.predict(*RUN_ARGS, budget=True, api_name="/run")
     answer, kpis, tree, json_file, depth = out[0], out[1], out[4], out[8], out[9]
     assert answer_tokens(answer) == answer_tokens(plain[0])  # lossless either way (the origins may differ)
     events, _, meta = load_trace(_path(json_file))
@@ -197,8 +196,10 @@ def test_closing_the_page_mid_run_frees_the_work(served):
     fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
     session = uuid.uuid4().hex
     before = capture.engine.steps_run
-    # a page sends every input (gradio_client fills in the defaults of those left out)
-    data = [RUN_ARGS[0], "nanospec", 500, *RUN_ARGS[3:], DEFAULTS["copy_branch"], DEFAULTS["budget"]]
+    # a page sends every input, in /run's order (gradio_client fills in the defaults of those left out)
+    params = demo.get_api_info()["named_endpoints"]["/run"]["parameters"]
+    data = [RUN_ARGS[0], "nanospec", 500, *RUN_ARGS[3:]]
+    data += [p["parameter_default"] for p in params[len(data):]]
     with httpx.Client(base_url=url, timeout=30) as http:
         http.post("gradio_api/queue/join", json={"data": data,
                                                  "fn_index": fn_index, "session_hash": session,
@@ -237,7 +238,7 @@ def test_model_that_fails_to_load_is_reported(capfd):
 
 def test_head_missing_means_only_ar(tmp_path):
     """An engine without a draft head (the default pair before its head ships): ar runs, others explain."""
-    from nanospec.engine import SpecEngine
+    from nanospec.decoding.engine import SpecEngine
 
     base = tiny_loader()
 

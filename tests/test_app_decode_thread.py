@@ -14,7 +14,7 @@ import pytest
 
 from app.callbacks import Explorer
 from app.decoding import StepPump, decode_thread
-from app.devtools import tiny_loader
+from app.dev.devtools import tiny_loader
 from app.models import EngineProvider
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,15 +136,14 @@ def test_the_first_run_says_at_once_that_the_model_is_loading():
         return tiny(progress)
 
     explorer = Explorer(EngineProvider(slow))
-    run = explorer.run_live("the draft tree", "nanospec", 4, 2, 2, 4, 0.0, 1.0, 0, 3072, 0,
-                            progress=lambda *a, **k: None)
+    knobs = dict(method="nanospec", max_new_tokens=4, depth=2, top_k=2, total_tokens=4, copy_branch=0)
+    run = explorer.run_live("the draft tree", **knobs, progress=lambda *a, **k: None)
     kpis = [dict(zip(LIVE_OUTPUTS, out))["kpis"] for out in run]
     notes = [k for k in kpis if 'id="loading-note"' in k]
     assert len(notes) >= 2 and "Loading the model" in notes[0]
     assert notes == kpis[:len(notes)]  # before any step
     assert "tokens/s" in kpis[-1]  # then the run itself
-    again = explorer.run_live("the draft tree", "nanospec", 4, 2, 2, 4, 0.0, 1.0, 0, 3072, 0,
-                              progress=lambda *a, **k: None)
+    again = explorer.run_live("the draft tree", **knobs, progress=lambda *a, **k: None)
     assert not any('id="loading-note"' in dict(zip(LIVE_OUTPUTS, out))["kpis"] for out in again)
 
 
@@ -157,14 +156,14 @@ def test_stop_withdraws_a_run_that_waits_in_the_queue_and_ends_a_running_one_aft
 
     explorer = Explorer(EngineProvider(tiny_loader()))
     mine, other = SimpleNamespace(session_hash="mine"), SimpleNamespace(session_hash="other")
-    args = ("the draft tree", "nanospec", 400, 2, 2, 4, 0.0, 1.0, 0, 3072, 0)
+    knobs = dict(method="nanospec", max_new_tokens=400, depth=2, top_k=2, total_tokens=4, copy_branch=0)
     quiet = dict(progress=lambda *a, **k: None)
     explorer.run_requested(mine)
     explorer.run_requested(other)
     assert all(isinstance(v, type(gr.skip())) for v in explorer.after_stop(None, mine))  # nothing to show yet
-    withdrawn = list(explorer.run_live(*args, **quiet, request=mine))
+    withdrawn = list(explorer.run_live("the draft tree", **knobs, **quiet, request=mine))
     assert len(withdrawn) == 1 and explorer.provider.loaded is None  # it never ran: the model did not even load
-    running = explorer.run_live(*args, **quiet, request=other)  # the other page's run is not withdrawn
+    running = explorer.run_live("the draft tree", **knobs, **quiet, request=other)  # the other page's: not withdrawn
     rest: list = []
     consumer = threading.Thread(target=lambda: rest.extend(running))  # as Gradio consumes it, on its own thread
     consumer.start()

@@ -26,18 +26,18 @@ from gradio_client.utils import Status  # noqa: E402
 
 from app.charts import answer_tokens  # noqa: E402
 from app.decoding import StepPump  # noqa: E402
-from app.devtools import tiny_loader  # noqa: E402
+from app.dev.devtools import tiny_loader  # noqa: E402
 from app.inputs import DEFAULTS  # noqa: E402
-from app.served import free_port  # noqa: E402
+from app.dev.served import free_port  # noqa: E402
 from app.ui import build_app  # noqa: E402
 from nanospec.events import load_trace  # noqa: E402
 
 STEP_DELAY_S = 0.03  # every decode step sleeps this long: runs last long enough to queue behind
 WAIT_S = 180.0       # generous: the machine may be busy
-#        depth, top_k, total, temperature, top_p, seed, capacity, copy_branch, budget
 # the draft budget off: it decides by measured step times and carries what it learnt from one request to the
 # next, so the same run would not draw the same trees twice (the answer would still be the same text)
-KNOBS = [3, 4, 12, 0.0, 1.0, 0, 3072, DEFAULTS["copy_branch"], False]
+KNOBS = dict(depth=3, top_k=4, total_tokens=12, temperature=0.0, top_p=1.0, seed=0, capacity=3072,
+             copy_branch=DEFAULTS["copy_branch"], budget=False)
 WORDS = "the draft tree accepts a fast small vocabulary target model verifies every step".split()
 
 
@@ -46,8 +46,9 @@ def prompt(name: str) -> str:
     return f"{name} " + " ".join(WORDS[(len(name) + i) % len(WORDS)] for i in range(8))
 
 
-def run_args(name: str, max_new: int, method: str = "nanospec") -> list:
-    return [prompt(name), method, max_new, *KNOBS]
+def run_args(name: str, max_new: int, method: str = "nanospec") -> dict:
+    """/run's arguments by parameter name."""
+    return dict(prompt_text=prompt(name), method=method, max_new_tokens=max_new, **KNOBS)
 
 
 class StepLog:
@@ -114,7 +115,7 @@ def served():
 
     explorer._pump = LoggedPump
     _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, server_name="127.0.0.1", server_port=free_port())
-    Client(url, verbose=False).predict(*run_args("warmup", 2), api_name="/run")  # loads the model
+    Client(url, verbose=False).predict(**run_args("warmup", 2), api_name="/run")  # loads the model
     yield demo, url, log
     demo.close()
 
@@ -160,9 +161,9 @@ def clients(url: str, n: int) -> list[Client]:
     return [Client(url, verbose=False) for _ in range(n)]
 
 
-def alone(url: str, args: list) -> tuple:
+def alone(url: str, args: dict) -> tuple:
     """The run's result when nobody else is on the app (a fresh session)."""
-    return tuple(Client(url, verbose=False).predict(*args, api_name="/run"))
+    return tuple(Client(url, verbose=False).predict(**args, api_name="/run"))
 
 
 # -- runs take turns, and a waiting visitor sees their place -------------------------------------
@@ -177,11 +178,11 @@ def test_runs_take_turns_and_waiting_visitors_are_shown_their_place(served):
 
     a, b, c = clients(url, 3)
     since = log.mark()
-    job_a = a.submit(*run_args("alpha", 200), api_name="/run")
+    job_a = a.submit(**run_args("alpha", 200), api_name="/run")
     wait_until(lambda: "alpha" in log.steps(since), "alpha to decode")
-    job_b = b.submit(*run_args("bravo", 60), api_name="/run")
+    job_b = b.submit(**run_args("bravo", 60), api_name="/run")
     assert place_in_line(job_b, "bravo", log, since) == (0, 1)  # next in line
-    job_c = c.submit(*run_args("charlie", 10), api_name="/run")
+    job_c = c.submit(**run_args("charlie", 10), api_name="/run")
     assert place_in_line(job_c, "charlie", log, since) == (1, 2)  # second of two
     assert not job_b.done() and "bravo" not in log.steps(since)  # bravo waits for alpha to finish
     # when alpha finishes and bravo starts, charlie is told it is next
@@ -208,14 +209,14 @@ def test_each_visitor_gets_exactly_their_own_answer_charts_downloads_and_state(s
     demo, url, log = served
     mine = {"delta": run_args("delta", 30, "nanospec"), "echo": run_args("echo", 20, "full")}
     solo_clients = {name: Client(url, verbose=False) for name in mine}
-    solo = {name: tuple(solo_clients[name].predict(*args, api_name="/run")) for name, args in mine.items()}
+    solo = {name: tuple(solo_clients[name].predict(**args, api_name="/run")) for name, args in mine.items()}
     solo_scrub = {name: solo_clients[name].predict(1, api_name="/scrub") for name in mine}
     assert text_of(solo["delta"][0]) != text_of(solo["echo"][0])  # else this test could not tell them apart
     assert solo_scrub["delta"] != solo_scrub["echo"]
 
     visitors = dict(zip(mine, clients(url, 2)))
     since = log.mark()
-    jobs = {name: visitors[name].submit(*args, api_name="/run") for name, args in mine.items()}
+    jobs = {name: visitors[name].submit(**args, api_name="/run") for name, args in mine.items()}
     got = {name: tuple(job.result(timeout=WAIT_S)) for name, job in jobs.items()}
     assert sorted(log.runs(since)) == ["delta", "echo"]  # both ran, one after the other
 
@@ -226,7 +227,7 @@ def test_each_visitor_gets_exactly_their_own_answer_charts_downloads_and_state(s
         assert mine_now[6]["maximum"] == mine_alone[6]["maximum"]    # the step slider: same number of steps
         events, summary, meta = load_trace(path_of(mine_now[8]))     # the downloaded trace is this run's
         alone_events, alone_summary, _ = load_trace(path_of(mine_alone[8]))
-        assert summary.output_ids == alone_summary.output_ids and summary.method == mine[name][1]
+        assert summary.output_ids == alone_summary.output_ids and summary.method == mine[name]["method"]
         assert [e.tokens for e in events] == [e.tokens for e in alone_events]
         assert meta["prompt"] == prompt(name)
         assert [e.step for e in load_trace(path_of(mine_now[7]))[0]] == [e.step for e in events]
@@ -249,9 +250,9 @@ def test_stop_in_one_tab_stops_only_that_run(served):
     # foxtrot decodes a long run, golf waits; foxtrot presses Stop (the page cancels its own session's run)
     foxtrot, golf = clients(url, 2)
     since = log.mark()
-    job_f = foxtrot.submit(*run_args("foxtrot", 400), api_name="/run")
+    job_f = foxtrot.submit(**run_args("foxtrot", 400), api_name="/run")
     wait_until(lambda: log.steps(since).count("foxtrot") >= 5, "foxtrot to decode")
-    job_g = golf.submit(*run_args("golf", 40), api_name="/run")
+    job_g = golf.submit(**run_args("golf", 40), api_name="/run")
     place_in_line(job_g, "golf", log, since)
     job_f.cancel()
     partial = foxtrot.predict(api_name="/stop")  # the Stop button's own callback: what arrived so far
@@ -265,9 +266,9 @@ def test_stop_in_one_tab_stops_only_that_run(served):
     # hotel decodes, india waits and presses Stop before its turn: hotel runs to the end, india never runs
     hotel, india = clients(url, 2)
     since = log.mark()
-    job_h = hotel.submit(*run_args("hotel", 100), api_name="/run")
+    job_h = hotel.submit(**run_args("hotel", 100), api_name="/run")
     wait_until(lambda: "hotel" in log.steps(since), "hotel to decode")
-    job_i = india.submit(*run_args("india", 40), api_name="/run")
+    job_i = india.submit(**run_args("india", 40), api_name="/run")
     place_in_line(job_i, "india", log, since)
     job_i.cancel()
     assert job_h.result(timeout=WAIT_S)[0] == reference["hotel"][0]  # hotel's run is whole and right
@@ -281,11 +282,13 @@ def test_stop_in_one_tab_stops_only_that_run(served):
 class Page:
     """A browser tab's queue connection: joins `/run` and holds its event stream open until `close()`."""
 
-    def __init__(self, demo, url: str, args: list):
+    def __init__(self, demo, url: str, args: dict):
         session = uuid.uuid4().hex
         fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
         self._http = httpx.Client(base_url=url, timeout=WAIT_S)
-        data = list(args)  # a page sends every input (gradio_client fills in defaults for those left out)
+        # a page sends every input, in /run's order (gradio_client fills in the defaults of those left out)
+        params = demo.get_api_info()["named_endpoints"]["/run"]["parameters"]
+        data = [args.get(p["parameter_name"], p["parameter_default"]) for p in params]
         self._http.post("gradio_api/queue/join", json={"data": data, "fn_index": fn_index, "session_hash": session,
                                                       "event_data": None, "trigger_id": None}).raise_for_status()
         self._stream = self._http.stream("GET", f"gradio_api/queue/data?session_hash={session}")
@@ -316,7 +319,7 @@ def test_a_closed_tab_frees_the_model_within_a_step(served):
     juliet.read_until("estimation")                            # (its page shows its place in the queue)
     juliet.close()                                             # ...and closes the tab before its turn
     lima = Client(url, verbose=False)
-    job_l = lima.submit(*run_args("lima", 30), api_name="/run")  # waits behind kilo
+    job_l = lima.submit(**run_args("lima", 30), api_name="/run")  # waits behind kilo
     place_in_line(job_l, "lima", log, since)
     kilo.close()                                               # kilo closes the tab mid-run
     got = job_l.result(timeout=WAIT_S)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nanospec.engine import SpecEngine
-from nanospec.head import EagleHead, head_config_from_target
+from nanospec.decoding.engine import SpecEngine
+from nanospec.heads.head import EagleHead, head_config_from_target
 from nanospec.bench.random_pair import random_target_config
 
 CASES = [

@@ -63,5 +63,5 @@ def test_compare_and_sweep_run_each_copy_branch_length(engine, prompts):
     assert table[1]["accepted_share"] is None or not table[1]["accepted_share"].get("copy")
     assert "nanospec+copy3" in format_table(table)
     rows = sweep(engine, repeating, "full", [(2, 2, 4)], {"max_new_tokens": 12}, copy_branches=(0, 2))
-    assert [r["method"] for r in rows] == ["ar", "full 2x2x4", "full 2x2x4 +copy2"]
+    assert [r["method"] for r in rows] == ["ar", "full 2x2x4", "full 2x2x4+copy2"]
     assert all(r["identical_to_ar"] is True for r in rows)

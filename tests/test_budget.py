@@ -6,16 +6,17 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 
 import pytest
 import torch
 
-from nanospec import budget as budget_mod
-from nanospec.budget import CostCurve, DraftBudget, keep_nodes, load_or_measure
+from nanospec.decoding import budget as budget_mod
+from nanospec.decoding.budget import CostCurve, DraftBudget, load_or_measure
 from nanospec.config import METHODS
-from nanospec.copy_branch import BOTH, COPY, HEAD, PAD, ROOT
-from nanospec.engine import SpecEngine
-from nanospec.tree import DraftTree, select_tree
+from nanospec.decoding.copy_branch import BOTH, COPY, HEAD, PAD, ROOT
+from nanospec.decoding.engine import SpecEngine
+from nanospec.decoding.tree import DraftTree, keep_nodes, select_tree
 
 from .conftest import DEVICE
 from .oracle import OracleDrafter
@@ -99,7 +100,7 @@ def test_learn_counts_only_tried_nodes_by_source_and_depth():
     # root -> 1 (head) -> 3 (copy); root -> 2 (both); 1 -> 4 (head)
     parents = torch.tensor([-1, 0, 0, 1, 1])
     scores = torch.tensor([0.0, -0.1, -1.0, 0.0, -2.0])
-    from nanospec.tree import ancestor_mask
+    from nanospec.decoding.tree import ancestor_mask
     anc = ancestor_mask(parents)
     tree = DraftTree(torch.tensor([5, 6, 7, 8, 9]), parents, anc.sum(1) - 1, scores,
                      torch.ones(5, dtype=torch.bool), sources=torch.tensor([ROOT, HEAD, BOTH, COPY, HEAD]),
@@ -139,7 +140,7 @@ def test_cost_curve_cache_missing_stale_malformed(tiny_pair, tmp_path, monkeypat
         return CostCurve(list(sizes), [5.0 + n for n in sizes], key)
 
     monkeypatch.setattr(budget_mod, "measure_cost_curve", fake_measure)
-    caplog.set_level(logging.WARNING, logger="nanospec.budget")
+    caplog.set_level(logging.WARNING, logger="nanospec.decoding.budget")
     first = load_or_measure(target, DEVICE, False, 22, root=tmp_path)
     assert len(calls) == 1 and "none cached" in caplog.text
     assert max(first.sizes) >= 22 and first.per_token_ms == pytest.approx(1.0)
@@ -162,6 +163,26 @@ def test_cost_curve_cache_missing_stale_malformed(tiny_pair, tmp_path, monkeypat
     caplog.clear()
     load_or_measure(target, DEVICE, False, 64, root=tmp_path)   # a larger tree than it was measured for
     assert len(calls) == 6 and "stops at" in caplog.text
+
+
+def test_a_cost_curve_measured_on_a_busy_machine_is_not_cached(tiny_pair, tmp_path, monkeypatch, caplog):
+    """While another job holds the cores the measurement sleeps more than it computes: the curve serves
+    this run, is not cached, and the next load measures again."""
+    target, _ = tiny_pair
+    calls = []
+
+    def starved_measure(model, device, sizes, key, **kw):
+        calls.append(sizes)
+        time.sleep(budget_mod.BUSY_CHECK_S + 0.05)   # wall time without CPU time: what a busy machine gives
+        return CostCurve(list(sizes), [5.0 + n for n in sizes], key)
+
+    monkeypatch.setattr(budget_mod, "measure_cost_curve", starved_measure)
+    caplog.set_level(logging.WARNING, logger="nanospec.decoding.budget")
+    curve = load_or_measure(target, DEVICE, False, 22, root=tmp_path)
+    assert curve.per_token_ms == pytest.approx(1.0) and "busy" in caplog.text
+    assert not budget_mod.curve_path(curve.key, tmp_path).exists()
+    load_or_measure(target, DEVICE, False, 22, root=tmp_path)
+    assert len(calls) == 2
 
 
 def test_measure_cost_curve_times_every_size(tiny_pair):

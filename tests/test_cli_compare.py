@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import nanospec.__main__ as cli
-from app.devtools import tiny_loader
+from app.dev.devtools import tiny_loader
 from nanospec import SpecEngine
 
 ARGS = ["--max-new-tokens", "4", "--depth", "2", "--top-k", "2", "--total-tokens", "4"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nanospec.copy_branch import (BOTH, COPY, HEAD, PAD, ROOT, CopyBranch, CopyChain, drop_pad_nodes, drop_padding,
+from nanospec.decoding.copy_branch import (BOTH, COPY, HEAD, PAD, ROOT, CopyBranch, CopyChain, drop_pad_nodes, drop_padding,
                                   lookup_continuation, merge_copy_chain)
-from nanospec.tree import DraftTree, depths_from_parents
+from nanospec.decoding.tree import DraftTree, depths_from_parents
 
 from .oracle import greedy_accept
 

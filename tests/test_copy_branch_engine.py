@@ -7,8 +7,8 @@ import torch
 
 from nanospec.bench.random_pair import random_target, random_target_config
 from nanospec.config import METHODS
-from nanospec.engine import SpecEngine
-from nanospec.tree import DraftTree
+from nanospec.decoding.engine import SpecEngine
+from nanospec.decoding.tree import DraftTree
 
 SPEC_METHODS = [m for m in METHODS if m != "ar"]
 SMALL = dict(capacity=256, static_size=4096, core_size=128)

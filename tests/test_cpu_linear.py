@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 
 from nanospec.config import METHODS, GenerationConfig
-from nanospec.cpu_linear import PackedLinear, onednn_linear_available, pack_linears
-from nanospec.engine import SpecEngine
+from nanospec.loaders.cpu_linear import PackedLinear, onednn_linear_available, pack_linears
+from nanospec.decoding.engine import SpecEngine
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
 from nanospec.vocab import ActiveVocab, FullVocab
 

@@ -1,4 +1,4 @@
-"""Fetch/convert/cache logic of nanospec.default_model, on a tiny handmade GGUF (no network).
+"""Fetch/convert/cache logic of nanospec.loaders.default_model, on a tiny handmade GGUF (no network).
 
 Every test hands `ensure_default_model` its own `dm.Fetcher` (fake steps for the package lookup,
 the download and the conversion); the module default is replaced by one whose steps all fail, so a
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nanospec import default_model as dm
-from nanospec import gguf_wheel
+from nanospec.loaders import default_model as dm
+from nanospec.loaders import gguf_wheel
 
 gguf = pytest.importorskip("gguf")
 

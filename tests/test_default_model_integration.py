@@ -18,13 +18,13 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def model_dir():
-    from nanospec.default_model import ensure_default_model
+    from nanospec.loaders.default_model import ensure_default_model
 
     return ensure_default_model()
 
 
 def test_cache_folder_contents(model_dir):
-    from nanospec.default_model import MARKER_FILE
+    from nanospec.loaders.default_model import MARKER_FILE
 
     names = {p.name for p in model_dir.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", MARKER_FILE} <= names
@@ -40,7 +40,7 @@ def test_second_load_is_fast(model_dir):
     cost is the same for any model and is not what the cache saves.)"""
     code = ("import time;"
             "from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM;"
-            "from nanospec.loading import load_target;"
+            "from nanospec.loaders.loading import load_target;"
             "t = time.perf_counter();"
             "load_target(device='cpu');"
             "print(time.perf_counter() - t)")
@@ -53,7 +53,7 @@ def test_second_load_is_fast(model_dir):
 def test_model_and_tokenizer(model_dir):
     import torch
 
-    from nanospec.loading import load_target
+    from nanospec.loaders.loading import load_target
 
     started = time.perf_counter()
     target = load_target(device="cpu")

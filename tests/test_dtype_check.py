@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nanospec import head, hub, loading
+from nanospec import hub
+
+from nanospec.heads import head
+
+from nanospec.loaders import loading
 
 ALLOWED = "float32, bfloat16, float16"
 HALF_ERROR = "\"addmm_impl_cpu_\" not implemented for 'Half'"  # what such CPU builds raised
@@ -53,7 +57,7 @@ def no_weight_reads(monkeypatch):
     monkeypatch.setattr(loading, "ensure_default_model", forbidden("ensure_default_model"))
     monkeypatch.setattr(loading, "_load_pretrained", forbidden("_load_pretrained"))
     monkeypatch.setattr(head, "read_state", forbidden("head.read_state"))
-    import nanospec.head3 as head3
+    import nanospec.heads.head3 as head3
     monkeypatch.setattr(head3, "read_state", forbidden("head3.read_state"))
 
 

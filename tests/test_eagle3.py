@@ -9,14 +9,14 @@ import torch
 
 from nanospec.bench.random_pair import random_eagle3_head, random_target, random_target_config
 from nanospec.config import METHODS
-from nanospec.draft_vocab import DraftVocab
-from nanospec.engine import SpecEngine
-from nanospec.features import eagle3_layer_ids, recording
-from nanospec.head3 import (Eagle3Head, d2t_from_ids, eagle3_config_from_target, is_eagle3_folder, load_eagle3,
+from nanospec.heads.draft_vocab import DraftVocab
+from nanospec.decoding.engine import SpecEngine
+from nanospec.heads.features import eagle3_layer_ids, recording
+from nanospec.heads.head3 import (Eagle3Head, d2t_from_ids, eagle3_config_from_target, is_eagle3_folder, load_eagle3,
                             save_eagle3, t2d_from_d2t)
-from nanospec.kv import new_cache
-from nanospec.tree import ancestor_mask, tree_attention_mask, tree_position_ids
-from nanospec.verify import target_forward
+from nanospec.decoding.kv import new_cache
+from nanospec.decoding.tree import ancestor_mask, tree_attention_mask, tree_position_ids
+from nanospec.decoding.verify import target_forward
 
 VOCAB = 32000
 DRAFT = 3000

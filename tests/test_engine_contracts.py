@@ -9,9 +9,9 @@ from transformers import Gemma2Config, MistralConfig, MistralForCausalLM, Qwen2C
 from nanospec.bench import forward_cost
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
 from nanospec.config import TreeConfig, default_tree
-from nanospec.engine import SpecEngine
-from nanospec.head import EagleHead, head_config_from_target
-from nanospec.verify import check_attention_supported, greedy_token
+from nanospec.decoding.engine import SpecEngine
+from nanospec.heads.head import EagleHead, head_config_from_target
+from nanospec.decoding.verify import check_attention_supported, greedy_token
 
 from .conftest import DEVICE
 from .oracle import OracleDrafter

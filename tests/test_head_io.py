@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from nanospec.head import load_head, save_head
+from nanospec.heads.head import load_head, save_head
 from nanospec.bench.random_pair import random_head
 
 

@@ -20,10 +20,10 @@ from unittest import mock
 import pytest
 import torch
 
-from nanospec import engine as engine_module
+from nanospec.decoding import engine as engine_module
 from nanospec.bench.random_pair import random_eagle3_head, random_head, random_target, random_target_config
-from nanospec.budget import CostCurve
-from nanospec.engine import SpecEngine
+from nanospec.decoding.budget import CostCurve
+from nanospec.decoding.engine import SpecEngine
 from nanospec.timing import PhaseTimer
 
 from .conftest import VOCAB
@@ -255,7 +255,7 @@ def test_the_guard_sees_an_injected_sync_in_an_autoregressive_step(engines, prom
 
 
 def test_the_guard_sees_a_second_transfer(engines, prompt):
-    from nanospec import transfer
+    from nanospec.decoding import transfer
     with _inject(engine_module, "tree_position_ids", lambda out: transfer.to_host(out)):
         steps = guarded_steps(engines["eagle2"], prompt, method="full", fixed_shape=True, **SMALL)
     assert all([r.kind for r in s] == ["read", "read"] for s in steps)

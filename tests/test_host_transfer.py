@@ -9,34 +9,34 @@ import pytest
 import torch
 
 import nanospec
-from nanospec import transfer
-from nanospec.accept import greedy_path, sample_path, sample_token
-from nanospec.kv import compact_cache, new_cache
-from nanospec.tree import ancestor_mask, depths_from_parents, tree_attention_mask, tree_position_ids
-from nanospec.verify import target_forward
+from nanospec.decoding import transfer
+from nanospec.decoding.accept import greedy_path, sample_path, sample_token
+from nanospec.decoding.kv import compact_cache, new_cache
+from nanospec.decoding.tree import ancestor_mask, depths_from_parents, tree_attention_mask, tree_position_ids
+from nanospec.decoding.verify import target_forward
 
 from .conftest import DEVICE
 from .test_sampling import CHI2_001, chi_square
 
-HOT_PATH = ("engine.py", "tree.py", "verify.py", "accept.py", "kv.py", "vocab.py", "drafters/eagle.py",
-            "drafters/eagle3.py", "copy_branch.py", "bookkeeping.py", "budget.py")
+HOT_PATH = ("decoding/engine.py", "decoding/tree.py", "decoding/verify.py", "decoding/accept.py", "decoding/kv.py", "vocab.py", "drafters/eagle.py",
+            "drafters/eagle3.py", "decoding/copy_branch.py", "decoding/bookkeeping.py", "decoding/budget.py")
 # host values that these modules may convert (not tensors); each entry: (module, argument source)
 HOST_CONVERSIONS = {
-    ("engine.py", "getattr(model.config, 'max_position_embeddings', 1 << 30)"),
-    ("engine.py", "getattr(self.tokenizer, 'chat_template', None)"),
-    ("engine.py", "x"), ("engine.py", "prompt_ids[-1]"), ("engine.py", "e"),
+    ("decoding/engine.py", "getattr(model.config, 'max_position_embeddings', 1 << 30)"),
+    ("decoding/engine.py", "getattr(self.tokenizer, 'chat_template', None)"),
+    ("decoding/engine.py", "x"), ("decoding/engine.py", "prompt_ids[-1]"), ("decoding/engine.py", "e"),
     ("vocab.py", "capacity"),
 }
 # root_to_leaf_paths is a reference helper for tests; the engine never calls it
-# drop_pad_nodes runs on a CPU only (the copy branch keeps the fixed shape on an accelerator);
-# drop_padding edits the host lists of a step's event
-# the draft budget's keep_nodes and keep_drafting run on a CPU only (a fixed shape, every GPU, disables
-# nodes instead and never stops drafting early); its cost curve is measured or read before a run
-HOST_FUNCTIONS = {("tree.py", "root_to_leaf_paths"), ("copy_branch.py", "drop_pad_nodes"),
-                  ("copy_branch.py", "drop_padding"), ("budget.py", "keep_nodes"), ("budget.py", "keep_drafting"),
-                  ("budget.py", "measure_cost_curve"), ("budget.py", "from_dict")}
+# keep_nodes (the copy chain's PAD nodes and the budget's pruned nodes dropped) and the budget's
+# keep_drafting run on a CPU only (a fixed shape, every GPU, disables nodes instead and never stops
+# drafting early); drop_padding edits the host lists of a step's event; the budget's cost curve is
+# measured or read before a run
+HOST_FUNCTIONS = {("decoding/tree.py", "root_to_leaf_paths"), ("decoding/tree.py", "keep_nodes"),
+                  ("decoding/copy_branch.py", "drop_padding"), ("decoding/budget.py", "keep_drafting"),
+                  ("decoding/budget.py", "measure_cost_curve"), ("decoding/budget.py", "from_dict")}
 # host->device copies of the prompt at prefill, once per request
-PREFILL_COPIES = {("engine.py", "_prefill"), ("drafters/eagle.py", "begin"), ("copy_branch.py", "begin")}
+PREFILL_COPIES = {("decoding/engine.py", "_prefill"), ("drafters/eagle.py", "begin"), ("decoding/copy_branch.py", "begin")}
 
 
 def _step_counts(engine, prompt, monkeypatch, **options) -> list[int]:

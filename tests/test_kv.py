@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from nanospec.kv import compact_cache, crop_cache, new_cache
-from nanospec.tree import ancestor_mask, depths_from_parents, tree_attention_mask, tree_position_ids
-from nanospec.verify import target_forward
+from nanospec.decoding.kv import compact_cache, crop_cache, new_cache
+from nanospec.decoding.tree import ancestor_mask, depths_from_parents, tree_attention_mask, tree_position_ids
+from nanospec.decoding.verify import target_forward
 
 from .conftest import DEVICE
 

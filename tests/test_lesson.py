@@ -24,11 +24,11 @@ def _no_model(*args, **kwargs):
 
 @pytest.fixture
 def no_model_loading(monkeypatch):
-    import nanospec.loading
+    import nanospec.loaders.loading
     import nanospec.pair
 
     monkeypatch.setattr(nanospec.pair, "load_pair", _no_model)
-    monkeypatch.setattr(nanospec.loading, "load_target", _no_model)
+    monkeypatch.setattr(nanospec.loaders.loading, "load_target", _no_model)
     monkeypatch.setattr(nanospec.pair, "load_target", _no_model, raising=False)
     lesson_tab.lesson_data.cache_clear()
     yield
@@ -173,7 +173,7 @@ def test_locality_categories():
 def test_chapter_bounds():
     with pytest.raises(ValueError, match="chapter must be"):
         lc.chapter(0)
-    assert lc.chapter(9).title == "Try it"
+    assert lc.chapter(10).title == "Try it" and lc.chapter(9).title == "The draft budget"
 
 
 def test_live_settings_match_the_apps_controls(shipped):
@@ -228,7 +228,7 @@ def test_integration_try_it_sets_controls_and_switches_tab(no_model_loading):
     assert values[1] == "full" and values[2] == 5 and values[3].selected == "live"
 
 
-@pytest.mark.parametrize("query, expected", [({"chapter": "5"}, (5, False)), ({"chapter": "12"}, (None, False)),
+@pytest.mark.parametrize("query, expected", [({"chapter": "5"}, (5, False)), ({"chapter": "13"}, (None, False)),
                                              ({"chapter": "x", "presenter": "1"}, (None, True)), ({}, (None, False))])
 def test_deep_link_query(query, expected):
     assert lesson_tab.deep_link(SimpleNamespace(query_params=query)) == expected
@@ -236,7 +236,7 @@ def test_deep_link_query(query, expected):
 
 # -- the recording script (tiny random engine, no real model) ----------------------------------------
 def test_recording_pipeline_end_to_end(tmp_path):
-    from app.devtools import tiny_loader
+    from app.dev.devtools import tiny_loader
 
     engine, _ = tiny_loader(vocab=512, hidden=32, layers=1)(None)
     item = {"id": "qa-01", "category": "qa", "split": "train", "prompt": "the draft tree accepts a token"}
@@ -294,6 +294,9 @@ def test_shipped_recording_is_plausible(shipped):
 
     bundle = json.loads(gz.open(lc.LESSON_DIR / lesson_traces.RUNS_FILE, "rt").read())
     docs, calibration = bundle["runs"], bundle["calibration"]
+    again = f"re-record with `{lesson_traces.COMMAND}` on an idle machine"
+    assert not bundle.get("unsteady"), f"a development recording (--allow-unsteady): {again}"
+    assert not bundle.get("merged"), f"a development recording (--merge kept {bundle.get('merged')}): {again}"
     assert calibration and bundle["settings"]["run_repeats"] >= 3
     assert lesson_traces.check_recording(docs, calibration) == []
     ar = [d["summary"]["tokens_per_s"] for d in docs if d["meta"]["run"] == "ar"]
@@ -328,6 +331,140 @@ def test_missing_traces_say_how_to_record(tmp_path):
         lc.load_lesson(tmp_path)
 
 
+# -- the draft budget (its chapter) ---------------------------------------------------------------------------
+BUDGET_CHAPTER = next(c.number for c in lc.CHAPTERS if c.run == "budget")
+
+
+def _budget_checks(run) -> None:
+    """Every decode step's node log agrees with its event and with the budget's rule p > λ·Δc."""
+    steps = run.meta["budget"]["steps"]
+    assert len(steps) == len(run.events) and steps[0] is None
+    for entry, e in zip(steps, run.events):
+        if e.step == 0:
+            continue
+        kept = [t for t, k in zip(entry["tokens"], entry["kept"]) if k]
+        assert kept == e.tree_tokens and entry["kept"][0] and entry["p"][0] == 1.0
+        assert e.drafted_nodes == len(entry["tokens"]) and entry["threshold"] == pytest.approx(e.budget_threshold,
+                                                                                                abs=1e-5)
+        order = sorted(range(1, len(entry["p"])), key=lambda i: -entry["p"][i])
+        for rank, i in enumerate(order):
+            free = entry["explore"] and rank == 0   # after plain steps the likeliest node goes through anyway
+            if entry["kept"][i] and not free:
+                assert entry["p"][i] >= entry["threshold"] - 1e-4, (e.step, i)
+            elif not entry["kept"][i]:
+                assert entry["p"][i] <= entry["threshold"] + 1e-4, (e.step, i)
+        for i, parent in enumerate(entry["parents"]):   # kept nodes form a tree: a child's p <= its parent's
+            if parent >= 0:
+                assert entry["p"][i] <= entry["p"][parent] + 1e-5 and (not entry["kept"][i] or entry["kept"][parent])
+
+
+def test_budget_tap_logs_every_drafted_node_without_touching_the_step():
+    """The recorder's log of the budget (dropped nodes included) from a tiny engine whose cost curve makes
+    the budget prune: it agrees with the events, and the run's output is still plain greedy decoding's."""
+    from app.dev.devtools import tiny_loader
+    from nanospec.data.prompts import prompt_messages
+    from nanospec.decoding.budget import CostCurve, DraftBudget
+    from nanospec.events import RunSummary, StepEvent
+
+    engine, _ = tiny_loader(vocab=512, hidden=32, layers=1)(None)
+    # 10 ms per verified token: an untrained head's nodes never pay, so every step drops them, and after
+    # plain steps in a row the likeliest one is verified anyway
+    engine.use_cost_curve(CostCurve([1, 2, 4, 8, 16], [10.0, 20.0, 40.0, 80.0, 160.0], {"device": "made up"}))
+    messages = prompt_messages({"id": "qa-01", "prompt": "the draft tree accepts a token"})
+    hook, select = engine.before_step, DraftBudget.select
+    doc = lesson_traces.record_run(engine, messages, "budget", 16)
+    assert engine.before_step is hook and DraftBudget.select is select   # the tap let go
+    run = lc.LessonRun("qa-01", "budget", [StepEvent.from_dict(e) for e in doc["events"]],
+                       RunSummary(**doc["summary"]), doc["meta"])
+    _budget_checks(run)
+    steps = doc["meta"]["budget"]["steps"][1:]
+    assert all(not all(s["kept"]) for s in steps) and any(s["explore"] for s in steps)
+    assert doc["meta"]["budget"]["cost_curve"]["ms"] == [10.0, 20.0, 40.0, 80.0, 160.0]
+    ar = lesson_traces.record_run(engine, messages, "ar", 16)
+    assert doc["summary"]["output_ids"] == ar["summary"]["output_ids"]
+
+
+def test_shipped_budget_run_logs_every_drafted_node(shipped):
+    for pid in shipped.prompt_ids:
+        run = shipped.run(pid, "budget")
+        assert run.meta["config"]["tree"]["budget"] is True
+        assert all(shipped.run(pid, k).meta["config"]["tree"].get("budget", False) is False
+                   for k in lesson_traces.RUNS if k not in ("ar", "budget"))   # earlier chapters: the fixed tree
+        _budget_checks(run)
+
+
+def test_budget_chapter_explains_a_step_with_kept_and_dropped_nodes(shipped):
+    from app.lesson.data import budget_step
+    from nanospec.decoding.budget import CostCurve
+
+    for pid in shipped.prompt_ids:
+        run = lc.chapter_run(shipped, BUDGET_CHAPTER, pid)
+        assert run.key == "budget"
+        step = lc.start_step(shipped, BUDGET_CHAPTER, pid)
+        bs = budget_step(run, step)
+        assert bs.kept and bs.dropped, f"{pid}: the chapter opens on a step that kept and dropped nodes"
+        e = run.event(step)
+        assert len(bs.kept) == len(e.tree_tokens) - 1 and len(bs.nodes) == e.drafted_nodes - 1
+        assert bs.expected == e.expected_tokens and bs.threshold == pytest.approx(e.budget_threshold, abs=1e-5)
+        curve = run.meta["budget"]["cost_curve"]
+        assert bs.per_token_ms == CostCurve.from_dict(curve).per_token_ms > 0
+        # the narration quotes this step's recorded numbers, not typed-in ones
+        text = lc.chapter_text(shipped, BUDGET_CHAPTER, pid, step)
+        for number in (f"Δc = **{bs.per_token_ms:.1f} ms**", f"λ·Δc = **{bs.threshold:.2g}**",
+                       f"λ = **{bs.rate * 1e3:.1f} tokens/s**", f"**{len(bs.kept)}** of **{len(bs.nodes)}** drafted",
+                       f"{len(bs.dropped)} are dropped", f"expected **{bs.expected:.2f} tokens**",
+                       f"written **{len(e.tokens)}**",
+                       f"τ {run.summary.tau:.2f}", f"{run.summary.tokens_per_s:.1f} tokens/s",
+                       f"fixed tree: τ {shipped.run(pid, 'nanospec').summary.tau:.2f}"):
+            assert number in text, (pid, number)
+        # the chart: one bar per drafted node at its p, coloured by its fate, the price line and the cost curve
+        fig = lc.chapter_figure(shipped, BUDGET_CHAPTER, pid, step)
+        bars = {t.name: list(t.x) for t in fig.data if t.type == "bar"}
+        assert sorted(bars["accepted"] + bars["verified"]) == sorted(n.p for n in bs.kept)
+        assert sorted(bars["dropped"]) == sorted(n.p for n in bs.dropped)
+        assert len(bars["accepted"]) == len(e.accepted_tokens)
+        assert any(s.x0 == bs.threshold for s in fig.layout.shapes)
+        assert f"verified {len(bs.kept)} of {len(bs.nodes)} drafted nodes" in fig.layout.title.text
+        curve_trace = next(t for t in fig.data if t.name == "measured")
+        assert list(curve_trace.x) == curve["sizes"] and list(curve_trace.y) == curve["ms"]
+
+
+def test_budget_chapter_tries_it_live_with_the_budget_on(shipped):
+    pid = shipped.prompt_ids[0]
+    assert lc.live_settings(shipped, BUDGET_CHAPTER, pid)["budget"] is True
+    for number in range(1, BUDGET_CHAPTER):   # the chapters before show the fixed tree: so does their live run
+        assert lc.live_settings(shipped, number, pid)["budget"] is False
+    assert lesson_tab.try_it_values(BUDGET_CHAPTER, pid, ["method", "budget", "copy_branch"], "live")[:3] == \
+        ("nanospec", True, 0)
+
+
+def test_the_app_hands_the_budget_to_try_it_live(no_model_loading):
+    from app.ui import build_app
+
+    demo = build_app(_no_model)
+    config = demo.get_config_file()
+    by_elem = {c.get("props", {}).get("elem_id"): c["id"] for c in config["components"]}
+    try_id = by_elem["lesson-try"]
+    dep = next(d for d in config["dependencies"] if try_id in [t[0] for t in d["targets"]])
+    assert by_elem["budget"] in dep["outputs"]
+
+
+def test_bundles_without_a_budgeted_run_still_load(shipped, tmp_path):
+    """A bundle recorded before the budget chapter: the chapter falls back to the fixed-tree run and says how
+    to record the budgeted one; every other chapter is unchanged."""
+    bundle = json.loads(gzip.open(lc.LESSON_DIR / lesson_traces.RUNS_FILE, "rt").read())
+    bundle["runs"] = [d for d in bundle["runs"] if d["meta"]["run"] != "budget"]
+    with gzip.open(tmp_path / lesson_traces.RUNS_FILE, "wt") as fh:
+        json.dump(bundle, fh)
+    old = lc.load_lesson(tmp_path)
+    pid = old.prompt_ids[0]
+    assert lc.chapter_run(old, BUDGET_CHAPTER, pid).key == "nanospec"
+    assert "re-record" in lc.chapter_text(old, BUDGET_CHAPTER, pid, 1)
+    assert lc.chapter_figure(old, BUDGET_CHAPTER, pid, 1).data
+    q = lc.chapter(BUDGET_CHAPTER).question(old, lc.chapter_run(old, BUDGET_CHAPTER, pid))
+    assert q.options[q.answer] == "no"
+
+
 # -- predict, then reveal -----------------------------------------------------------------------------
 def _independent_answer(lesson, number: int, pid: str, q) -> str:
     """Each chapter's right answer, recomputed here straight from the trace."""
@@ -354,10 +491,17 @@ def _independent_answer(lesson, number: int, pid: str, q) -> str:
         first = next(x for x in run.events if x.step > 0 and x.miss_kind != "none")
         assert q.step == first.step
         return questions.MISS_WORDS[first.miss_kind]
+    if number == 9:  # from the recorder's per-node log: drafted nodes and the ones verified
+        entry = run.meta["budget"]["steps"][q.step]
+        drafted, kept = len(entry["tokens"]) - 1, sum(entry["kept"]) - 1
+        assert kept == len(e.tree_tokens) - 1
+        share = ("none: a plain step" if kept == 0 else f"all {drafted}" if kept == drafted
+                 else "fewer than half" if 2 * kept < drafted else "half or more, but not all")
+        return share
     raise AssertionError(number)
 
 
-@pytest.mark.parametrize("number", range(2, 9))
+@pytest.mark.parametrize("number", range(2, 10))
 def test_every_question_is_answered_by_its_trace(shipped, number):
     for pid in shipped.prompt_ids:
         c = lc.chapter(number)
@@ -366,7 +510,7 @@ def test_every_question_is_answered_by_its_trace(shipped, number):
         assert q.options[q.answer] == _independent_answer(shipped, number, pid, q), (number, pid)
         assert 0 <= q.step <= lc.chapter_steps(shipped, number, pid)
         assert "right." in q.verdict(q.options[q.answer]) and "the answer is" in q.verdict(q.options[0] + "x")
-    assert lc.chapter(1).question is None and lc.chapter(9).question is None
+    assert lc.chapter(1).question is None and lc.chapter(10).question is None
 
 
 def test_a_question_hides_the_chart_until_answered(no_model_loading):
@@ -402,7 +546,7 @@ def test_race_lanes_replay_the_recorded_step_times(shipped):
     import re
 
     pid = shipped.prompt_ids[0]
-    markup = lc.chapter(11).race(shipped, pid)
+    markup = lc.chapter(12).race(shipped, pid)
     data = json.loads(html_lib.unescape(re.search(r'data-race="([^"]*)"', markup).group(1)))
     assert [lane["label"] for lane in data["lanes"]] == ["ar", "full", "nanospec"]
     for lane in data["lanes"]:
@@ -413,8 +557,8 @@ def test_race_lanes_replay_the_recorded_step_times(shipped):
             assert t == pytest.approx(cumulative, abs=0.01) and c == run.tokens_through(e.step)
         assert "".join(lane["p"]) == "".join(run.pieces) and lane["tau"] == run.summary.tau
     assert shipped.info["machine"]["text"] in html_lib.unescape(markup)
-    assert lesson_tab.open_chapter(11, pid, False)[8].visible is True
-    assert lesson_tab.open_chapter(10, pid, False)[8].visible is False
+    assert lesson_tab.open_chapter(12, pid, False)[8].visible is True
+    assert lesson_tab.open_chapter(11, pid, False)[8].visible is False
 
 
 def test_race_lane_from_events():
@@ -477,3 +621,13 @@ def test_share_answers_name_the_boundaries_right(value, label):
                                          (0.25, "25% of V or more"), (1.0, "25% of V or more")])
 def test_active_answers_name_the_boundaries_right(value, label):
     assert questions.ACTIVE_BINS[questions._bin(value, questions.ACTIVE_BINS)][1] == label
+
+
+def test_shipped_recording_names_no_machine_paths():
+    """The bundle says which model and head it used by name, never where one machine kept them."""
+    import gzip as gz
+    import re
+
+    text = gz.open(lc.LESSON_DIR / lesson_traces.RUNS_FILE, "rt").read()
+    found = sorted(set(re.findall(r'"(/(?:root|home|tmp|work|Users|var)/[^"]*)"', text)))
+    assert not found, f"absolute paths of the recording machine in the shipped bundle: {found}"

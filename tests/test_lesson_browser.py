@@ -32,42 +32,42 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def lesson_url():
-    pytest.importorskip("playwright.sync_api", reason="Python playwright is not installed")
-    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        pytest.skip(f"no Chromium at {CHROMIUM} (set NANOSPEC_CHROMIUM)")
-    from app.lesson import build_lesson_demo, lesson_data
-
-    try:
-        lesson_data()
-    except FileNotFoundError as exc:
-        pytest.skip(f"no recorded lesson traces: {exc}")
-    demo = build_lesson_demo()
-    port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
-
-
 def _never_load(*args, **kwargs):
     raise AssertionError("the lesson must never load a model")
 
 
 @pytest.fixture(scope="module")
-def app_url(lesson_url):
-    """The whole app (Live tab, Compare, Lesson with "Try it live"), on a loader that refuses to load."""
+def serve():
+    """`serve("lesson")`: the URL of the Lesson tab alone; `serve("app")`: of the whole app (Live tab, Compare,
+    Lesson with "Try it live") on a loader that refuses to load. Each is launched once, on a free local
+    port, and closed after the module. Skipped without playwright, Chromium or the recorded traces."""
+    pytest.importorskip("playwright.sync_api", reason="Python playwright is not installed")
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        pytest.skip(f"no Chromium at {CHROMIUM} (set NANOSPEC_CHROMIUM)")
+    from app.lesson import build_lesson_demo, lesson_data
     from app.ui import build_app
 
-    demo = build_app(_never_load)
-    port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
-        yield f"http://127.0.0.1:{port}/"
+        lesson_data()
+    except FileNotFoundError as exc:
+        pytest.skip(f"no recorded lesson traces: {exc}")
+    builders = {"lesson": build_lesson_demo, "app": lambda: build_app(_never_load)}
+    demos, urls = [], {}
+
+    def url(kind: str) -> str:
+        if kind not in urls:
+            demo = builders[kind]()
+            port = _free_port()
+            demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+            demos.append(demo)
+            urls[kind] = f"http://127.0.0.1:{port}/"
+        return urls[kind]
+
+    try:
+        yield url
     finally:
-        demo.close()
+        for demo in demos:
+            demo.close()
 
 
 @pytest.fixture(scope="module")
@@ -109,12 +109,12 @@ def _inside(page, selector: str, height: int) -> tuple[float, float]:
     return top, bottom
 
 
-def test_race_replays_the_recorded_runs(lesson_url, browser):
+def test_race_replays_the_recorded_runs(serve, browser):
     from app.lesson import CHAPTERS
 
     race = next(c for c in CHAPTERS if c.race is not None)
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
-    page.goto(lesson_url + f"?chapter={race.number}")
+    page.goto(serve("lesson") + f"?chapter={race.number}")
     _chapter_heading(page, race.number)
     lanes = page.locator("#lesson-race .race-lane")
     lanes.first.wait_for(timeout=15_000)
@@ -128,13 +128,13 @@ def test_race_replays_the_recorded_runs(lesson_url, browser):
     page.close()
 
 
-def test_walk_all_chapters_with_next(lesson_url, browser):
+def test_walk_all_chapters_with_next(serve, browser):
     from app.lesson import CHAPTERS
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
     t0 = time.perf_counter()
-    page.goto(lesson_url)
+    page.goto(serve("lesson"))
     _chapter_heading(page, 1)
     _settle(page)
     first_paint = time.perf_counter() - t0
@@ -152,9 +152,9 @@ def test_walk_all_chapters_with_next(lesson_url, browser):
     page.close()
 
 
-def test_step_controls_move_the_highlight(lesson_url, browser):
+def test_step_controls_move_the_highlight(serve, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.goto(lesson_url)
+    page.goto(serve("lesson"))
     _chapter_heading(page, 1)
     slider = page.locator("#lesson-step input[type=number]")
     before = int(slider.input_value())
@@ -247,10 +247,10 @@ def _walk(page, height: int, name: str, check=None) -> None:
 
 
 @pytest.mark.parametrize("presenter", [False, True], ids=["desk", "presenter"])
-def test_every_chapter_fits_the_first_screen_at_720p(app_url, browser, presenter):
+def test_every_chapter_fits_the_first_screen_at_720p(serve, browser, presenter):
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1280, "height": 720})
-    page.goto(app_url + "?chapter=1" + ("&presenter=1" if presenter else ""))
+    page.goto(serve("app") + "?chapter=1" + ("&presenter=1" if presenter else ""))
     page.wait_for_function("document.body.classList.contains('lesson-first')", timeout=15_000)
     assert page.evaluate("document.body.classList.contains('lesson-presenter')") is presenter
     _walk(page, 720, f"fit-1280x720-{'presenter' if presenter else 'desk'}")
@@ -267,11 +267,11 @@ def _presenter_sizes(page, c) -> None:
     assert not small, f"{where}: chart text under {PRESENTER_CHART_PX} px: {small[:3]}"
 
 
-def test_presenter_mode_from_its_link(app_url, browser):
+def test_presenter_mode_from_its_link(serve, browser):
     """`?presenter=1` opens the app in presenter mode, type already large: no un-tick and re-tick."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1920, "height": 1080})
-    page.goto(app_url + "?presenter=1")
+    page.goto(serve("app") + "?presenter=1")
     _chapter_heading(page, 1)
     page.wait_for_function("document.body.classList.contains('lesson-presenter')", timeout=10_000)
     assert page.locator("#lesson-presenter input").is_checked()

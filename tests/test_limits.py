@@ -9,7 +9,7 @@ import pytest
 
 import nanospec.__main__ as cli
 from app.callbacks import LIVE_OUTPUTS, Explorer
-from app.devtools import tiny_loader
+from app.dev.devtools import tiny_loader
 from app.models import EngineProvider
 from nanospec import STOP_REASONS, stop_message
 
@@ -52,8 +52,8 @@ def test_cli_prints_the_context_limit_message(monkeypatch, capsys):
 
 def test_app_shows_the_context_limit_message():
     explorer = Explorer(EngineProvider(tiny_loader(max_positions=96)))
-    outs = list(explorer.run_live("the draft tree " * 10, "nanospec", 200, 3, 4, 12, 0.0, 1.0, 0, 3072,
-                                  progress=lambda *a, **k: None))
+    outs = list(explorer.run_live("the draft tree " * 10, method="nanospec", max_new_tokens=200, depth=3, top_k=4,
+                                  total_tokens=12, progress=lambda *a, **k: None))
     final = dict(zip(LIVE_OUTPUTS, outs[-1]))
     assert final["view"].summary.stop_reason == "context_limit"
     assert "context limit of 96 tokens" in final["kpis"] and 'id="stop-note"' in final["kpis"]
@@ -66,7 +66,7 @@ def test_a_junk_upload_gets_a_plain_message(tmp_path, content, said):
     import gradio as gr
 
     from app.callbacks import Explorer
-    from app.devtools import tiny_loader
+    from app.dev.devtools import tiny_loader
     from app.models import EngineProvider
 
     from app.trace import upload_folder

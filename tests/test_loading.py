@@ -1,4 +1,4 @@
-"""nanospec.loading: device/dtype resolution, input validation, and loading a tiny local model."""
+"""nanospec.loaders.loading: device/dtype resolution, input validation, and loading a tiny local model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nanospec import loading
+from nanospec.loaders import loading
 
 
 @pytest.fixture(scope="module")

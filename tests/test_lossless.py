@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nanospec.config import METHODS
-from nanospec.engine import SpecEngine
+from nanospec.decoding.engine import SpecEngine
 
 from .oracle import OracleDrafter
 

@@ -1,6 +1,6 @@
 """The run-options table (`nanospec/options.py`): the one place an option is declared. The config
-dataclasses' defaults and ranges, the command line's flags, the engine's defaults per device and the
-presets' overrides all come from it or are checked against it."""
+dataclasses' defaults and ranges, the command line's flags, the app's controls and API parameters, the
+engine's defaults per device and the presets' overrides all come from it or are checked against it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import nanospec.__main__ as cli
-from app.devtools import tiny_loader
-from nanospec.budget import CostCurve
+from app.dev.devtools import tiny_loader
+from nanospec.decoding.budget import CostCurve
 from nanospec.config import TREE_OPTIONS, GenerationConfig, SamplingConfig, TreeConfig, VocabConfig, default_tree
 from nanospec.options import OPTIONS, Option, check_option, options_of, run_defaults
 from nanospec.presets import load_presets
@@ -42,9 +42,15 @@ def _made_up_curve() -> CostCurve:
 # ---- a new option touches one place --------------------------------------------------------------
 
 
-def test_an_option_added_to_the_table_appears_in_the_cli_with_default_help_and_bounds(monkeypatch, capsys):
-    monkeypatch.setitem(OPTIONS, "draft_warmth", Option("draft_warmth", "tree", int, "a throwaway knob for this test",
-                                                        5, cuda=7, lo=2, hi=9))
+@pytest.fixture
+def warmth(monkeypatch) -> Option:
+    """A throwaway option added to the table (a tree option: the CLI's decoding flags take it)."""
+    opt = Option("draft_warmth", "tree", int, "a throwaway knob for this test", 5, cuda=7, lo=2, hi=9, ui=(3, 8))
+    monkeypatch.setitem(OPTIONS, opt.name, opt)
+    return opt
+
+
+def test_an_option_added_to_the_table_appears_in_the_cli_with_default_help_and_bounds(warmth, monkeypatch, capsys):
     monkeypatch.setitem(OPTIONS, "draft_chill", Option("draft_chill", "sampling", float, "another throwaway knob",
                                                        0.25, lo=0, lo_open=True, hi=0.5))
     for command in ("generate", "compare", "sweep"):
@@ -73,6 +79,46 @@ def test_an_option_added_to_the_table_appears_in_the_cli_with_default_help_and_b
             _parse(["generate", "a prompt", flag, value])
         assert exit_.value.code == 2
         assert f"error: argument {flag}: {message}" in capsys.readouterr().err
+
+
+def test_an_option_the_app_offers_gets_a_control_an_api_parameter_and_reaches_the_callbacks(warmth, monkeypatch):
+    """Added to the table and to the app's KNOBS: a slider over its `ui` range at the device's default, a
+    parameter of /run and /compare, and its value in the dict each callback gets (the page is built, not
+    served)."""
+    import asyncio
+
+    import app.callbacks
+    import app.inputs
+    from app.ui import Slider, build_app
+
+    monkeypatch.setattr(app.inputs, "KNOBS", (*app.inputs.KNOBS, warmth.name))
+    seen = []
+
+    def spy(knobs: dict) -> dict:  # the callbacks' input check: record what came and what it gives, stop the run
+        seen.append((dict(knobs), app.inputs.generation_options(knobs)))
+        raise ValueError("seen")
+
+    monkeypatch.setattr(app.callbacks, "generation_options", spy)
+    for device, default in (("cpu", 5), ("cuda", 7)):
+        demo = build_app(tiny_loader(), device_hint=device)
+        control = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "draft-warmth")
+        assert isinstance(control, Slider) and (control.minimum, control.maximum, control.step) == (3, 8, 1)
+        assert (control.label, control.value) == ("draft warmth", default)
+
+    api = demo.get_api_info()["named_endpoints"]
+    for endpoint, lead in (("/run", "method"), ("/compare", "methods")):
+        params = api[endpoint]["parameters"]
+        assert [p["parameter_name"] for p in params] == ["prompt_text", lead, *app.inputs.KNOBS[1:]]
+        assert params[-1]["parameter_default"] == 7
+    for name, lead in (("run", ["a prompt", "ar"]), ("compare", ["a prompt", ["full"]])):
+        fn = next(f for f in demo.fns.values() if f.api_name == name)
+        page = [*lead, *(b.value for b in fn.inputs[2:-1]), 6.0]  # as the page sends them: a slider sends a float
+        with pytest.raises(Exception, match="invalid input: seen"):
+            asyncio.run(demo.process_api(fn, page, request=None))
+        knobs, options = seen[-1]
+        assert set(knobs) == set(app.inputs.KNOBS) and knobs["draft_warmth"] == 6.0 and options["draft_warmth"] == 6
+    with pytest.raises(ValueError, match=r"draft_warmth must be in \[3, 8\] in this app; got 9"):
+        app.inputs.generation_options({"draft_warmth": 9})
 
 
 @pytest.mark.parametrize("declaration,message", [
@@ -233,7 +279,10 @@ def test_ui_ranges_lie_inside_the_bounds_and_hold_every_devices_default():
         check_option(opt.name, lo)
         check_option(opt.name, hi)
         for device in DEVICES:
-            assert lo <= opt.default_for(device) <= hi, opt.name
+            value = opt.default_for(device)
+            assert lo <= value <= hi, opt.name
+            steps = (value - lo) / (opt.ui_step or 1)  # a slider over `ui` can show the default
+            assert abs(steps - round(steps)) < 1e-9, (opt.name, device)
 
 
 # ---- presets: a device's tree is a set of overrides, checked against the table ---------------------------

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def default_engine():
-    from nanospec.default_model import DefaultModelError
+    from nanospec.loaders.default_model import DefaultModelError
     from nanospec.pair import load_pair
     try:
         engine, info = load_pair()

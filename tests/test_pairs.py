@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.devtools import tiny_loader
+from app.dev.devtools import tiny_loader
 from app.pairs import CUSTOM, PairProvider, preset_provider
 from nanospec.presets import get_preset, load_presets
 
@@ -112,7 +112,8 @@ def test_switched_pair_runs_through_the_app(monkeypatch):
     provider = _provider(a=tiny_loader(hidden=64), b=tiny_loader(hidden=32))
     explorer = Explorer(provider)
     provider.switch("b")
-    outs = list(explorer.run_live("the draft tree", "nanospec", 8, 3, 4, 12, 0.0, 1.0, 0, 3072))
+    outs = list(explorer.run_live("the draft tree", method="nanospec", max_new_tokens=8, depth=3, top_k=4,
+                                  total_tokens=12))
     assert "hidden 32" in outs[-1][-1]
 
 
@@ -187,7 +188,8 @@ def test_zerogpu_decodes_only_inside_gpu_functions(spaces):
     spaces.violations.clear()
     explorer = Explorer(provider)
     threads_before = {t.name for t in threading.enumerate()}
-    outs = list(explorer.run_live("the draft tree", "nanospec", 24, 3, 4, 12, 0.0, 1.0, 0, 3072))
+    outs = list(explorer.run_live("the draft tree", method="nanospec", max_new_tokens=24, depth=3, top_k=4,
+                                  total_tokens=12))
     assert outs and spaces.violations == []
     assert [c["function"] for c in spaces.calls] == ["_decode_steps"]
     assert spaces.calls[0]["duration"] == zerogpu.decode_duration(24, 12)

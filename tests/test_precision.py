@@ -11,7 +11,7 @@ import torch
 from app.callbacks import compare_verdict
 from nanospec import precision
 from nanospec.precision import Divergence, divergence, exactness, first_difference, spacing, step_of
-from nanospec.verify import TargetOutput
+from nanospec.decoding.verify import TargetOutput
 
 
 def test_first_difference_and_step():
@@ -85,7 +85,7 @@ def test_default_pair_in_bf16_differs_only_by_near_ties(capsys):
     difference a near-tie (the measured share is printed; `compare --dtype bfloat16` reports it too)."""
     from nanospec.bench.compare import compare
     from nanospec.data.prompts import load_prompts, prompt_messages
-    from nanospec.default_model import DefaultModelError
+    from nanospec.loaders.default_model import DefaultModelError
     from nanospec.pair import load_pair
     try:
         engine, _ = load_pair(dtype="bfloat16")

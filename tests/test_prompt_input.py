@@ -8,7 +8,7 @@ import json
 import pytest
 
 import nanospec.__main__ as cli
-from app.devtools import WordTokenizer, tiny_loader
+from app.dev.devtools import WordTokenizer, tiny_loader
 from nanospec import SpecEngine
 from nanospec.data.prompts import prompt_input, prompt_messages
 

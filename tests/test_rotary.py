@@ -1,4 +1,4 @@
-"""Draft heads keep their rotary tables in fp32 when cast to bf16/fp16 (`nanospec/rotary.py`).
+"""Draft heads keep their rotary tables in fp32 when cast to bf16/fp16 (`nanospec/heads/rotary.py`).
 
 A module-wide `.to(torch.bfloat16)` would cast `rotary_emb.inv_freq` (and `original_inv_freq`) too;
 in bf16 the angle `position * inv_freq` is then off by up to ~1.8 rad at position ~1,000. Checked
@@ -19,10 +19,10 @@ from torch import nn
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from nanospec.bench.random_pair import random_eagle3_head, random_head, random_target, random_target_config
-from nanospec.head import load_head
-from nanospec.head3 import is_eagle3_folder, load_eagle3
+from nanospec.heads.head import load_head
+from nanospec.heads.head3 import is_eagle3_folder, load_eagle3
 from nanospec.paths import ASSETS
-from nanospec.rotary import rotary_buffers
+from nanospec.heads.rotary import rotary_buffers
 
 LOW = (torch.bfloat16, torch.float16)
 MIN_POSITIONS = 4096
@@ -114,7 +114,7 @@ def _needs_target(folder: Path) -> bool:
 def _target_for(folder: Path):
     """The offline default target when it is cached (a ~1 s load), else a random target of the
     shape the head's config names (only its output embedding and config are used)."""
-    from nanospec.default_model import default_model_dir, is_complete
+    from nanospec.loaders.default_model import default_model_dir, is_complete
 
     raw = json.loads((folder / "config.json").read_text())
     cached = default_model_dir()
@@ -208,7 +208,7 @@ class _Bare(nn.Module):
 
 
 def test_negative_control_plain_rotary_is_cast(tiny_config):
-    from nanospec.head import head_config_from_target
+    from nanospec.heads.head import head_config_from_target
 
     config = head_config_from_target(tiny_config)
     reference, bare = _Bare(config), _Bare(config).to(torch.bfloat16)

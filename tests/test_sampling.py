@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nanospec.budget import CostCurve
-from nanospec.engine import SpecEngine
-from nanospec.kv import new_cache
+from nanospec.decoding.budget import CostCurve
+from nanospec.decoding.engine import SpecEngine
+from nanospec.decoding.kv import new_cache
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
-from nanospec.verify import target_forward, warp_probs
+from nanospec.decoding.verify import target_forward, warp_probs
 
 from .conftest import DEVICE
 

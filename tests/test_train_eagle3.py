@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from nanospec.bench.random_pair import random_target, random_target_config
-from nanospec.features import recording
-from nanospec.head3 import load_eagle3, save_eagle3
+from nanospec.heads.features import recording
+from nanospec.heads.head3 import load_eagle3, save_eagle3
 from nanospec.training.eagle3_data import Sample3, answer_start, generation_marker, load_data_file, split_batch
 from nanospec.training.eagle3_train import (LoopConfig, collate3, init_eagle3_from_target, resume_head, train_loop,
                                             ttt_loss)

@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 
-from nanospec.head import load_head, save_head
+from nanospec.heads.head import load_head, save_head
 from nanospec.training.instructions import make_instructions
-from nanospec.kv import new_cache
+from nanospec.decoding.kv import new_cache
 from nanospec.training.open_instructions import make_open_instructions
 from nanospec.data.prompts import load_prompts, prompt_messages
 from nanospec.bench.random_pair import random_target, random_target_config

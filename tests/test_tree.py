@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from nanospec.tree import (ancestor_mask, depths_from_parents, root_to_leaf_paths, select_tree,
+from nanospec.decoding.tree import (ancestor_mask, depths_from_parents, root_to_leaf_paths, select_tree,
                            tree_attention_mask, tree_position_ids)
 
 

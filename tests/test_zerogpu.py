@@ -184,12 +184,12 @@ try:
         preload(provider, names)
         probe.event("preloaded")
     zerogpu.preload = recorded_preload
-    from nanospec.default_model import default_model_dir, is_complete  # already imported by app.py
+    from nanospec.loaders.default_model import default_model_dir, is_complete  # already imported by app.py
 
     result["real_pair"] = os.environ.get("PROBE_TINY") != "1" and is_complete(default_model_dir())
     if not result["real_pair"]:  # the offline default is not cached: do not build it here
         import app.pairs
-        from app.devtools import tiny_loader
+        from app.dev.devtools import tiny_loader
         app.pairs._preset_loader = lambda preset, device: tiny_loader()
     gradio = sys.modules["gradio"]
     gradio.Blocks.launch = lambda self, **kwargs: result["launches"].append(sorted(kwargs))  # no server
@@ -342,7 +342,7 @@ DECODING_PATH = {
         "copies new rows on the side stream while drafting: per decode step",
     ("nanospec/vocab.py", "ActiveVocab.wait_ready"):
         "makes the compute stream wait for that copy before the LM head: per decode step",
-    ("nanospec/budget.py", "curve_key"):
+    ("nanospec/decoding/budget.py", "curve_key"):
         "names the GPU a cost curve was measured on; called by SpecEngine.cost_curve() from stream(), "
         "which the app calls inside the decorated decode function, never at load time",
     ("nanospec/lesson/record.py", "machine_label"):
@@ -359,19 +359,19 @@ DECODING_PATH = {
 # capability -> a fixed fake device, synchronize -> no-op, _cuda_init -> raises). Tolerated, not wanted:
 # the answers there describe the fake device, not the GPU the decorated function will get.
 STARTUP_TOLERATED = {
-    ("nanospec/loading.py", "resolve_device"):
+    ("nanospec/loaders/loading.py", "resolve_device"):
         "zerogpu.preload -> Preset.load -> resolve_device('cuda') asks current_device() for the index",
-    ("nanospec/loading.py", "resolve_dtype"):
+    ("nanospec/loaders/loading.py", "resolve_dtype"):
         "is_bf16_supported() only for dtype=None on CUDA (presets always give a dtype)",
-    ("nanospec/loading.py", "check_dtype_supported"):
+    ("nanospec/loaders/loading.py", "check_dtype_supported"):
         "load_pair/load_target check bf16 on CUDA with is_bf16_supported() before reading weights",
 }
 STUBBED_IN_MAIN_PROCESS = {  # what spaces' patching answers in ZeroGPU's main process
     "current_device", "get_device_properties", "get_device_name", "get_device_capability", "synchronize",
     "is_bf16_supported",  # torch's own is_bf16_supported: is_available(), current_device(), get_device_properties()
 }
-ALLOWED_MODULES = ("nanospec/engine.py", "nanospec/timing.py", "nanospec/vocab.py", "nanospec/bench/",
-                   "nanospec/lesson/record.py", "nanospec/budget.py")
+ALLOWED_MODULES = ("nanospec/decoding/engine.py", "nanospec/timing.py", "nanospec/vocab.py", "nanospec/bench/",
+                   "nanospec/lesson/record.py", "nanospec/decoding/budget.py")
 
 
 class _DeviceCalls(ast.NodeVisitor):

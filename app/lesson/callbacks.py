@@ -11,9 +11,9 @@ import functools
 
 import gradio as gr
 
-from . import chapters as lc
-from . import figures
-from .data import RUN_LABELS, Lesson, load_lesson
+from app.lesson import chapters as lc
+from app.lesson import figures
+from app.lesson.data import RUN_LABELS, Lesson, load_lesson
 
 SPEEDS = (0.5, 4.0)  # Play speed bounds, steps per second
 CHROME_PX = 262      # tab bar, lesson bar, step controls and gaps above and below the chart (lesson-first)

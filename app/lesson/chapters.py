@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from .. import race
-from ..inputs import DEFAULTS
-from . import figures, narration, views
-from . import questions as q
-from .data import SAMPLED, Lesson, LessonRun, busiest_early_step, decode_events
+from app import race
+from app.inputs import DEFAULTS
+from app.lesson import figures, narration, views
+from app.lesson import questions as q
+from app.lesson.data import BUDGETED, SAMPLED, Lesson, LessonRun, budget_start, busiest_early_step, decode_events
 
 FigureFn = Callable[[Lesson, LessonRun, int, int], go.Figure]   # (..., step, text size px)
 NarrateFn = Callable[[Lesson, LessonRun, int], str]
@@ -86,7 +86,8 @@ class Chapter:
     race: RaceFn | None = None           # race lanes shown above the chart
 
 
-_TREE = {k: DEFAULTS[k] for k in ("depth", "top_k", "total_tokens")}  # the engine's default tree
+# the engine's default tree, fixed (every drafted node verified) until the draft budget's chapter
+_TREE = {**{k: DEFAULTS[k] for k in ("depth", "top_k", "total_tokens")}, "budget": False}
 CHAPTERS = (
     Chapter(1, "Autoregressive decoding", "ar",
             "A language model writes **one token at a time**. For each token the big **target** model runs one "
@@ -101,7 +102,7 @@ CHAPTERS = (
             "(**accepted**, green) and adds one token of its own after it (the **bonus** token, blue). Every kept "
             "token is exactly the target's own choice, so the text is **identical** to plain decoding (lossless) — "
             "only fewer forwards are needed.",
-            {"method": "full", "depth": 5, "top_k": 1, "total_tokens": 6},
+            {"method": "full", "depth": 5, "top_k": 1, "total_tokens": 6, "budget": False},
             figures.chain_figure, narration.chain_now, views.origin_view, busiest_early_step,
             q.chain_question),
     Chapter(3, "Draft trees", "full",
@@ -154,13 +155,21 @@ CHAPTERS = (
             {"method": "nanospec", **_TREE},
             figures.system_figure, narration.system_now, views.origin_view, first_decode_step,
             q.system_question),
-    Chapter(9, "Try it", "nanospec",
+    Chapter(9, "The draft budget", BUDGETED,
+            "A fixed tree verifies every drafted node, even one the target will almost surely reject, and on a "
+            "CPU each verified token costs time. The **draft budget** prices each node: p, its chance of being "
+            "accepted (the drafter's confidence, corrected by how often this request accepted drafts at that "
+            "depth), against **λ·Δc**, the tokens its verification time would earn at the current speed. "
+            "Only nodes with p > λ·Δc are verified.",
+            {"method": "nanospec", **_TREE, "budget": True},
+            figures.budget_figure, narration.budget_now, views.origin_view, budget_start, q.budget_question),
+    Chapter(10, "Try it", "nanospec",
             "Now run it yourself. **Try it live ↗** (under the chart) opens the Live tab with this chapter's prompt and NanoSpec's "
             "settings. Switch the method to `full` or `ar` and compare: every method writes the **same text**; "
             "they differ in how many target forwards and how much draft time it takes.",
-            {"method": "nanospec", **_TREE},
+            {"method": "nanospec", **_TREE, "budget": DEFAULTS["budget"]},
             figures.try_figure, narration.try_now, views.origin_view, first_decode_step),
-    Chapter(10, "Sampling at temperature > 0", SAMPLED,
+    Chapter(11, "Sampling at temperature > 0", SAMPLED,
             "With temperature > 0 the target **samples** instead of taking its top token, so \"the same token\" "
             "no longer makes sense: speculative sampling must leave the **distribution** unchanged. The drafter "
             "still proposes its top candidates. The target tries them in order and accepts a candidate x with "
@@ -169,7 +178,7 @@ CHAPTERS = (
             "left. Each token is therefore an exact draw from p.",
             {"method": "nanospec", **_TREE, "temperature": 0.8},
             figures.sampling_figure, narration.sampling_now, views.origin_view, first_rejection),
-    Chapter(11, "The race", "nanospec",
+    Chapter(12, "The race", "nanospec",
             "The same prompt, three recorded runs, replayed **in the time they took**: plain autoregressive "
             "decoding (`ar`), the EAGLE-2 tree over the full vocabulary (`full`) and NanoSpec. Each token appears "
             "when the step that wrote it finished in the recording; no model runs here. Speculative runs write "
@@ -186,9 +195,10 @@ def chapter(number: int) -> Chapter:
 
 
 def chapter_run(lesson: Lesson, number: int, prompt_id: str) -> LessonRun:
-    """The run the chapter steps through (bundles recorded before the sampling run: the greedy nanospec run)."""
+    """The run the chapter steps through (bundles recorded before the sampling or the budgeted run: the greedy
+    nanospec run)."""
     key = chapter(number).run
-    if key == SAMPLED and prompt_id not in lesson.sampled:
+    if key in (SAMPLED, BUDGETED) and not lesson.has(prompt_id, key):
         key = "nanospec"
     return lesson.run(prompt_id, key)
 

@@ -10,22 +10,26 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from nanospec import metrics
+from nanospec.decoding.budget import CostCurve
 from nanospec.events import RunSummary, StepEvent, events_to_frame
 from nanospec.lesson.record import BUNDLE_FORMAT, COMMAND, LESSON_DIR, RUNS_FILE, SWEEP_FILE
 
 __all__ = ["BUNDLE_FORMAT", "COMMAND", "LESSON_DIR", "RUNS_FILE", "SWEEP_FILE", "RUN_LABELS", "SEEN", "Lesson",
            "LessonRun", "load_lesson", "locality", "run_locality", "ctx_breakdown", "lm_head_share",
-           "summary_table", "phase_means", "SYSTEM_PHASES"]
+           "summary_table", "phase_means", "SYSTEM_PHASES", "BUDGETED", "BudgetNode", "BudgetStep", "budget_step",
+           "budget_curve", "budget_start", "price"]
 
 SAMPLED = "sampled"   # the key of the run at temperature > 0 (the sampling chapter)
+BUDGETED = "budget"   # NanoSpec's run with the draft budget on (the budget chapter)
 RUN_LABELS = {"ar": "ar", "greedy": "greedy chain", "full": "full", "static": "static",
-              "nanospec": "nanospec", "hybrid": "hybrid", SAMPLED: "nanospec, sampled"}
+              "nanospec": "nanospec", "hybrid": "hybrid", BUDGETED: "nanospec + budget", SAMPLED: "nanospec, sampled"}
 SEEN = {"prompt": ("in the prompt", "#3b6fd8"), "output": ("earlier in the answer", "#2e9d5b"),
         "top3": ("in the target's earlier top-3", "#f2b134"), "new": ("new", "#d64545")}
 
@@ -83,6 +87,9 @@ class Lesson:
     sampled: dict[str, LessonRun] = field(default_factory=dict)   # prompt id -> the run at temperature > 0
     checks: dict[str, dict] = field(default_factory=dict)         # prompt id -> first-token distribution check
     derived: dict = field(default_factory=dict, repr=False)  # memo of whole-lesson aggregates
+
+    def has(self, prompt_id: str, key: str) -> bool:
+        return (prompt_id, key) in self.runs or (key == SAMPLED and prompt_id in self.sampled)
 
     def run(self, prompt_id: str, key: str) -> LessonRun:
         """A greedy run by key (`record.RUNS`), or `SAMPLED` for the prompt's run at temperature > 0."""
@@ -216,4 +223,81 @@ def phase_means(lesson: Lesson, keys: list[str]) -> dict[str, dict[str, float]]:
             decode = decode[decode["step"] > 0]
             memo[key] = {ph: float(decode[f"phase_{ph}"].mean()) for ph in SYSTEM_PHASES}
     return memo
+
+
+# -- the draft budget (its chapter) ------------------------------------------------------------------
+@dataclass(frozen=True)
+class BudgetNode:
+    """One drafted node of a budgeted step (`record-lesson` kept them all, dropped ones too)."""
+
+    token: int
+    depth: int
+    source: str        # head | copy | both
+    p: float           # calibrated chance of being accepted (its whole root path)
+    kept: bool         # verified: p > λ·Δc
+    accepted: bool     # on the path the target accepted
+
+
+@dataclass(frozen=True)
+class BudgetStep:
+    """What the budget decided at one step: every drafted node, likeliest first, and its prices."""
+
+    step: int
+    nodes: list[BudgetNode]
+    threshold: float       # λ·Δc: the chance a node needs to pay for its verification
+    per_token_ms: float    # Δc: ms per extra verified token, the cost curve's slope
+    expected: float        # expected tokens of the verified tree, the bonus token included
+    explore: bool          # verified the likeliest node anyway (after plain steps in a row)
+
+    @property
+    def kept(self) -> list[BudgetNode]:
+        return [n for n in self.nodes if n.kept]
+
+    @property
+    def dropped(self) -> list[BudgetNode]:
+        return [n for n in self.nodes if not n.kept]
+
+    @property
+    def rate(self) -> float:
+        """λ, tokens per ms: the request's throughput so far, as the budget priced this step."""
+        return self.threshold / self.per_token_ms if self.per_token_ms > 0 else math.nan
+
+
+def price(threshold: float) -> str:
+    """λ·Δc as the lesson writes it: two significant digits (an idle machine's 0.17, a busy one's 0.0024)."""
+    return f"{threshold:.2g}"
+
+
+def budget_curve(run: LessonRun) -> CostCurve | None:
+    """The target's cost curve the budgeted run used (None: not recorded, or a run without the budget)."""
+    curve = (run.meta.get("budget") or {}).get("cost_curve")
+    return CostCurve.from_dict(curve) if curve else None
+
+
+def budget_step(run: LessonRun, step: int) -> BudgetStep | None:
+    """Step `step` of a budgeted run, node by node (None: prefill, or not recorded)."""
+    steps = (run.meta.get("budget") or {}).get("steps") or []
+    curve = budget_curve(run)
+    e = run.event(step)
+    entry = steps[e.step] if e.step < len(steps) else None
+    if not entry or curve is None:
+        return None
+    kept_index = [i for i, k in enumerate(entry["kept"]) if k]
+    verified = kept_index if len(kept_index) == len(e.tree_tokens) else list(range(len(entry["tokens"])))
+    on_path = {verified[i] for i in e.accepted_path}
+    nodes = [BudgetNode(entry["tokens"][i], entry["depths"][i], entry["sources"][i], entry["p"][i], entry["kept"][i],
+                        i in on_path) for i in range(1, len(entry["tokens"]))]   # node 0 is the root
+    nodes.sort(key=lambda n: -n.p)   # stable: the budget's own order
+    expected = e.expected_tokens if e.expected_tokens is not None else 1 + sum(n.p for n in nodes if n.kept)
+    return BudgetStep(e.step, nodes, entry["threshold"], curve.per_token_ms, expected, entry["explore"])
+
+
+def budget_start(run: LessonRun) -> int:
+    """A step worth explaining the budget on: it kept some drafted nodes and dropped others; of those in
+    the run's first half, the one that wrote the most tokens (else the first decode step)."""
+    both = [s for e in decode_events(run) if (s := budget_step(run, e.step)) and s.kept and s.dropped]
+    if not both:
+        return 1 if decode_events(run) else 0
+    early = [s for s in both if s.step <= run.last_step // 2] or both
+    return max(early, key=lambda s: (len(run.event(s.step).tokens), min(len(s.kept), len(s.dropped)))).step
 

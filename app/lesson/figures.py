@@ -12,11 +12,11 @@ import statistics
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..charts import (ACCEPTED, BONUS, ORIGIN_COLORS, PHASE_COLORS, compare_figure, coverage_figure, token_label,
+from app.charts import (ACCEPTED, BONUS, ORIGIN_COLORS, PHASE_COLORS, compare_figure, coverage_figure, token_label,
                       tree_figure, vocab_figure)
-from ..race import LANE_COLORS as RACE_COLORS
-from .data import COMMAND, SEEN, SYSTEM_PHASES, Lesson, LessonRun, lm_head_share, phase_means, run_locality, \
-    summary_table
+from app.race import LANE_COLORS as RACE_COLORS
+from app.lesson.data import COMMAND, SEEN, SYSTEM_PHASES, Lesson, LessonRun, budget_curve, budget_step, lm_head_share, \
+    phase_means, price, run_locality, summary_table
 
 CURRENT = "#111111"
 SHORT = {3072: "NanoSpec", 32000: "Llama-2", 49152: "SmolLM2", 128256: "Llama-3", 151936: "Qwen", 256000: "Gemma"}
@@ -294,12 +294,85 @@ def system_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -
     return mark_step(fig, step, xref="x2") if step > 0 else fig
 
 
+KEPT, DROPPED, NEEDED = "#3b6fd8", "#c8c8c8", "#d64545"
+
+
+def budget_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
+    """Ch. 9: every node the drafter drafted at this step, likeliest first, its calibrated chance p against
+    the price λ·Δc a node must beat (verified: blue, accepted: green, dropped: grey) | the target's cost
+    curve with what this step verified and what verifying every drafted node would have cost."""
+    bs, curve = budget_step(run, step), budget_curve(run)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.56, 0.44], horizontal_spacing=0.16,
+                        subplot_titles=("Chance each drafted node is accepted",
+                                        f"Target forward: {curve.per_token_ms:.1f} ms per extra token" if curve
+                                        else "Target forward cost"))
+    if curve is None:
+        fig.add_annotation(text=f"no budgeted run recorded: run `{COMMAND}`", xref="paper", yref="paper", x=0.5,
+                           y=0.5, showarrow=False)
+        fig.add_trace(go.Scatter(x=[None], y=[None], showlegend=False))
+        fig.update_layout(**base_layout("The draft budget", size, 440))
+        return fig
+    if bs is not None:
+        labels = _labels([f"{_tok(run, n.token, 12)} · d{n.depth}" for n in bs.nodes])
+        for word, color, pick in (("accepted", ORIGIN_COLORS[ACCEPTED], lambda n: n.kept and n.accepted),
+                                  ("verified", KEPT, lambda n: n.kept and not n.accepted),
+                                  ("dropped", DROPPED, lambda n: not n.kept)):
+            rows = [(lab, n) for lab, n in zip(labels, bs.nodes) if pick(n)]
+            fig.add_trace(go.Bar(y=[lab for lab, _ in rows], x=[n.p for _, n in rows], orientation="h", name=word,
+                                 marker_color=color, text=[f"{n.p:.2f}" for _, n in rows], textposition="outside",
+                                 cliponaxis=False, legendgroup=word,
+                                 hovertemplate="%{y}: p = %{x:.3f}<extra>" + word + "</extra>"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=NEEDED, dash="dash", width=2.5),
+                                 name=f"needed: λ·Δc = {price(bs.threshold)}"), row=1, col=1)   # the line's legend
+        fig.add_vline(x=bs.threshold, line=dict(color=NEEDED, dash="dash", width=2.5), row=1, col=1)
+        fig.update_yaxes(categoryorder="array", categoryarray=labels, autorange="reversed", row=1, col=1)
+        fig.update_xaxes(range=[0, 1.22], dtick=0.25, title_text="p (calibrated)", row=1, col=1)
+    sizes, ms = curve.sizes, curve.ms
+    fig.add_trace(go.Scatter(x=sizes, y=ms, mode="lines+markers", name="measured", showlegend=False,
+                             line=dict(color="#7f8c8d", width=2.5), marker=dict(size=8),
+                             hovertemplate="%{x} tokens: %{y:.1f} ms<extra>one target forward</extra>"),
+                  row=1, col=2)
+    if bs is not None:
+        verified, drafted = len(bs.kept) + 1, len(bs.nodes) + 1
+        # this step on the curve: what it verified (root included) and what verifying every drafted node costs;
+        # the curve rises, so above-left and below-right of a point are free for its label
+        marks = [(verified, "this step", "circle", "bottom right")]
+        if drafted > verified:
+            marks.insert(0, (drafted, "all drafted", "circle-open", "top left"))
+        for n, word, symbol, where in marks:
+            fig.add_trace(go.Scatter(x=[n], y=[_interp(sizes, ms, n)], mode="markers+text", showlegend=False,
+                                     text=[f"{word} ({n})"], textposition=where, textfont=dict(color=KEPT),
+                                     cliponaxis=False,
+                                     marker=dict(size=16, symbol=symbol, color=KEPT, line=dict(width=3, color=KEPT)),
+                                     hovertemplate=f"{word}: %{{x}} tokens, %{{y:.1f}} ms<extra></extra>"),
+                          row=1, col=2)
+    # log axis, room on the right for a label below-right of this step's point
+    ticks = [x for x, nxt in zip(sizes, sizes[1:]) if nxt >= 1.5 * x] + sizes[-1:]   # no two ticks crowded
+    fig.update_xaxes(title_text="tokens verified", type="log", tickvals=ticks, tickangle=0,
+                     range=[math.log10(sizes[0] * 0.8), math.log10(sizes[-1] * 2.5)], row=1, col=2)
+    fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=2)
+    title = (f"Step {bs.step}: verified {len(bs.kept)} of {len(bs.nodes)} drafted nodes, expected "
+             f"{bs.expected:.2f} tokens" if bs is not None else "The draft budget: prefill has no draft")
+    fig.update_layout(**base_layout(title, size, 440), barmode="overlay", bargap=0.25)
+    return fig
+
+
+def _interp(xs: list[int], ys: list[float], x: float) -> float:
+    """ys at x, linearly between the measured sizes (clamped at the ends)."""
+    if x <= xs[0]:
+        return ys[0]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return ys[-1]
+
+
 TRY_METRICS = (("tokens_per_s", "tokens/s", "{:.1f}"), ("speedup", "speedup vs ar", "{:.2f}×"), ("tau", "τ", "{:.2f}"),
                ("draft_ms_per_step", "draft ms/step", "{:.1f}"))
 
 
 def try_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
-    """Ch. 9: the recorded runs side by side: one panel per metric, one horizontal bar per run (`ar` grey),
+    """Ch. 10: the recorded runs side by side: one panel per metric, one horizontal bar per run (`ar` grey),
     the value written at the end of each bar."""
     table = summary_table(lesson, run.prompt_id)
     fig = make_subplots(rows=1, cols=len(TRY_METRICS), shared_yaxes=True, horizontal_spacing=0.04,
@@ -331,7 +404,7 @@ def predict_figure(size: int = SIZE, height: int | None = None) -> go.Figure:
     return fig
 
 
-# -- sampling (chapter 10) -------------------------------------------------------------------------
+# -- sampling (chapter 11) -------------------------------------------------------------------------
 def _trial_colors(run: LessonRun, entry: dict) -> dict[int, tuple[str, str]]:
     """token -> (colour, word) for the root's drafted candidates and the bonus of one step."""
     marks: dict[int, tuple[str, str]] = {}
@@ -346,7 +419,7 @@ def _trial_colors(run: LessonRun, entry: dict) -> dict[int, tuple[str, str]]:
 
 
 def sampling_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
-    """Ch. 10: the target's distribution at this step's root with the drafted candidates marked | the
+    """Ch. 11: the target's distribution at this step's root with the drafted candidates marked | the
     first speculative token over many seeded runs against the target's own distribution. Tokens run down
     the axis (horizontal bars), so their names are written whole and never run into each other."""
     check = lesson.checks.get(run.prompt_id)
@@ -379,7 +452,7 @@ def sampling_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE)
     return fig
 
 
-TOP_TOKENS = 8  # tokens per panel in chapter 10
+TOP_TOKENS = 8  # tokens per panel in chapter 11
 
 
 def _labels(names: list[str]) -> list[str]:
@@ -416,12 +489,12 @@ def _check_bars(fig: go.Figure, check: dict, run: LessonRun) -> None:
     fig.update_yaxes(autorange="reversed", row=1, col=2)
 
 
-# -- the race (chapter 11) --------------------------------------------------------------------------
+# -- the race (chapter 12) --------------------------------------------------------------------------
 RACE_RUNS = ("ar", "full", "nanospec")
 
 
 def race_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
-    """Ch. 11: tokens written against recorded time for each run of the race; the dotted line is
+    """Ch. 12: tokens written against recorded time for each run of the race; the dotted line is
     where the stepped run (nanospec) is at this step."""
     fig = go.Figure()
     for key in RACE_RUNS:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import html
 import math
 
-from ..charts import token_label
-from ..inputs import DEFAULTS
-from .data import COMMAND, RUN_LABELS, SEEN, Lesson, LessonRun, ctx_breakdown, lm_head_share, run_locality
+from app.charts import token_label
+from app.inputs import DEFAULTS
+from app.lesson.data import COMMAND, RUN_LABELS, SEEN, Lesson, LessonRun, budget_curve, budget_step, ctx_breakdown, \
+    decode_events, lm_head_share, price, run_locality
 
 
 def provenance(lesson: Lesson, run: LessonRun) -> str:
@@ -164,6 +165,38 @@ def system_now(lesson: Lesson, run: LessonRun, step: int) -> str:
     return text
 
 
+def budget_now(lesson: Lesson, run: LessonRun, step: int) -> str:
+    """Ch. 9: why this step verified the nodes it did, and what the budget did over the whole answer."""
+    bs, curve = budget_step(run, step), budget_curve(run)
+    if curve is None:
+        return f"*No budgeted run in these traces: re-record with `{COMMAND}`.*"
+    e = run.event(step)
+    if bs is None:
+        text = "**Step 0 (prefill):** nothing drafted yet; drag the step slider or press Step ▶."
+    else:
+        kept, dropped = bs.kept, bs.dropped
+        lowest = f" (lowest {min(n.p for n in kept):.2f})" if kept else ""
+        highest = f" (highest {max(n.p for n in dropped):.2f})" if dropped else ""
+        text = (f"**Step {bs.step}:** one more verified token costs Δc = **{bs.per_token_ms:.1f} ms** and this "
+                f"request writes λ = **{bs.rate * 1e3:.1f} tokens/s**: a node pays if p > λ·Δc = "
+                f"**{price(bs.threshold)}**. **{len(kept)}** of **{len(bs.nodes)}** drafted nodes pass{lowest}, "
+                f"{len(dropped)} are dropped{highest}: expected **{bs.expected:.2f} tokens**, written "
+                f"**{len(e.tokens)}**.")
+        if bs.explore:
+            text += " *After several plain steps in a row the likeliest node is verified anyway, to keep learning.*"
+    steps = [x for x in decode_events(run) if x.drafted_nodes > 0]
+    if steps:
+        verified = sum(len(x.tree_tokens) - 1 for x in steps) / len(steps)
+        drafted = sum(x.drafted_nodes - 1 for x in steps) / len(steps)
+        text += (f" Whole answer: **{verified:.1f}** of {drafted:.1f} drafted nodes verified per step, "
+                 f"τ {run.summary.tau:.2f}, {run.summary.tokens_per_s:.1f} tokens/s")
+        fixed = lesson.run(run.prompt_id, "nanospec").summary if lesson.has(run.prompt_id, "nanospec") else None
+        if fixed is not None and run.key != "nanospec":
+            text += f" (fixed tree: τ {fixed.tau:.2f}, {fixed.tokens_per_s:.1f} tokens/s)"
+        text += "."
+    return text
+
+
 def try_now(lesson: Lesson, run: LessonRun, step: int) -> str:
     pid = run.prompt_id
     prompt = " ".join(lesson.prompt(pid)["text"].split())
@@ -177,7 +210,7 @@ def try_now(lesson: Lesson, run: LessonRun, step: int) -> str:
 
 
 def sampling_now(lesson: Lesson, run: LessonRun, step: int) -> str:
-    """Ch. 10: how this step's drafted candidates were tried, and the many-runs check."""
+    """Ch. 11: how this step's drafted candidates were tried, and the many-runs check."""
     trials = run.meta.get("trials") or []
     entry = trials[min(step, len(trials) - 1)] if trials else {}
     text = ""
@@ -204,7 +237,7 @@ def sampling_now(lesson: Lesson, run: LessonRun, step: int) -> str:
 
 
 def race_now(lesson: Lesson, run: LessonRun, step: int) -> str:
-    """Ch. 11: who finished when, from the recorded step times."""
+    """Ch. 12: who finished when, from the recorded step times."""
     pid = run.prompt_id
     parts = []
     for key in ("ar", "full", "nanospec"):

@@ -1,4 +1,4 @@
-"""Predict, then reveal: one question per chapter (2-8) about its recorded run, answered with one click.
+"""Predict, then reveal: one question per chapter (2-9) about its recorded run, answered with one click.
 
 Each `*_question(lesson, run) -> Question` reads the question, its options, the right answer and a
 sentence of why off the trace itself (nothing is typed in by hand), so a re-recording changes them
@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from nanospec.timing import DRAFT_PHASES
 
-from ..charts import token_label
-from .data import Lesson, LessonRun, busiest_early_step, decode_events, run_locality
+from app.charts import token_label
+from app.lesson.data import Lesson, LessonRun, budget_start, budget_step, busiest_early_step, decode_events, price, \
+    run_locality
 
 PHASE_WORDS = {"draft_layers": "the draft layers (the small transformer)",
                "lm_head": "the LM head (scoring the vocabulary)",
@@ -144,3 +145,32 @@ def misses_question(lesson: Lesson, run: LessonRun) -> Question:
                     [MISS_WORDS[k] for k in options], options.index(e.miss_kind),
                     f"{html.escape(_q(run, e.bonus_token))} was {where} the active set when the tree was drafted "
                     f"({e.active_size:,} ids), so this step was {MISS_WORDS[e.miss_kind].split(':')[0]}.", e.step)
+
+
+def budget_options(drafted: int) -> list[str]:
+    """How many of `drafted` nodes the budget verifies, in four bins (half-open at half)."""
+    return ["none: a plain step", "fewer than half", "half or more, but not all", f"all {drafted}"]
+
+
+def budget_bin(kept: int, drafted: int) -> int:
+    return 0 if kept == 0 else 3 if kept >= drafted else 1 if kept < drafted / 2 else 2
+
+
+def budget_question(lesson: Lesson, run: LessonRun) -> Question:
+    """Ch. 9: how many of this step's drafted nodes pay for their verification?"""
+    step = budget_start(run)
+    bs = budget_step(run, step)
+    if bs is None:   # traces without a budgeted run: nothing to ask about
+        return Question("Does this recording hold a run with the draft budget?", ["yes", "no"], 1,
+                        "It does not: re-record the lesson.", step)
+    best = bs.nodes[0].p if bs.nodes else 0.0
+    above = ", ".join(f"{n.p:.2f}" for n in bs.kept)
+    return Question(f"At step {bs.step} the drafter drafted {len(bs.nodes)} nodes; the likeliest is accepted with "
+                    f"chance p = {best:.2f}. Verifying one more token costs {bs.per_token_ms:.1f} ms and this request "
+                    f"writes {bs.rate * 1e3:.1f} tokens/s, so a node pays only if p > {price(bs.threshold)}. How many "
+                    "drafted nodes will the budget verify?",
+                    budget_options(len(bs.nodes)), budget_bin(len(bs.kept), len(bs.nodes)),
+                    f"{len(bs.kept)} of {len(bs.nodes)} nodes had p above {price(bs.threshold)}"
+                    f"{f' ({above})' if above else ''}; the others would have cost more time than the tokens they "
+                    "were likely to bring.", bs.step)
+

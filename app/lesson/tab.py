@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..race import race_component
-from . import chapters as lc
-from .callbacks import (PLAY, SPEEDS, step_label, answer, chapter_start, deep_link, lesson_data, move, open_chapter,
+from app.race import race_component
+from app.lesson import chapters as lc
+from app.lesson.callbacks import (PLAY, SPEEDS, step_label, answer, chapter_start, deep_link, lesson_data, move, open_chapter,
                         render, set_speed, shift_chapter, tick, toggle_play, try_it_values)
-from .style import CSS, DEEP_LINK_JS, LIVE_TOGGLE_JS, PRESENTER_FIT_JS, PRESENTER_JS, with_fit
+from app.lesson.style import CSS, DEEP_LINK_JS, LIVE_TOGGLE_JS, PRESENTER_FIT_JS, PRESENTER_JS, with_fit
 
 __all__ = ["LessonHandles", "build_lesson_tab", "register_deep_link", "build_lesson_demo", "lesson_data",
            "open_chapter", "move", "tick", "shift_chapter", "answer", "render", "try_it_values", "deep_link",
@@ -67,7 +67,7 @@ def build_lesson_tab(try_it_targets: dict[str, gr.components.Component] | None =
     """The "Lesson" tab; call inside an open `gr.Blocks()` and `gr.Tabs()`.
 
     With `try_it_targets` (app control name -> component: prompt, method, max_new_tokens, depth,
-    top_k, total_tokens, temperature, top_p, seed, capacity) and `tabs`, "Try it live" fills those
+    top_k, total_tokens, temperature, top_p, seed, capacity, copy_branch, budget) and `tabs`, "Try it live" fills those
     controls with the chapter's prompt and settings and switches `tabs` to `live_tab_id`.
     """
     with gr.Tab("Lesson", id="lesson", elem_id="lesson-tab"):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import html
 
-from ..charts import ACCEPTED, BONUS, ORIGIN_COLORS, VOCAB_MISS, token_origins
-from .data import SEEN, LessonRun, run_locality
+from app.charts import ACCEPTED, BONUS, ORIGIN_COLORS, VOCAB_MISS, token_origins
+from app.lesson.data import SEEN, LessonRun, run_locality
 
 
 def token_view(run: LessonRun, step: int, colors: list[str] | None = None, legend: dict[str, str] | None = None,

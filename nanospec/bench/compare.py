@@ -18,10 +18,11 @@ from pathlib import Path
 
 import torch
 
-from .. import metrics, precision
-from ..lesson import stability
-from ..config import GenerationConfig
-from ..engine import SpecEngine
+from nanospec import metrics, precision
+from nanospec.lesson import stability
+from nanospec.timing import metered
+from nanospec.config import GenerationConfig
+from nanospec.decoding.engine import SpecEngine
 
 
 @dataclass
@@ -43,17 +44,26 @@ class MethodRows:
     step_ms: list[float] = dataclasses.field(default_factory=list)  # per decode step: wall time
     verified: list[int] = dataclasses.field(default_factory=list)  # per decode step: tree nodes verified
     new_tokens: int = 0
+    peer: dict | None = None  # an outside engine's row (bench.peers): its τ, settings and counters
+
+
+def row_name(base: str, copy_branch: int | None = None, budget: bool | None = None) -> str:
+    """A result row's name, the same in `compare` and `sweep`: `base`, then `+copyN` for a copy-branch
+    length N > 0 and `+budget` for the draft budget on (each only when that run varies it)."""
+    return base + (f"+copy{copy_branch}" if copy_branch else "") + ("+budget" if budget else "")
 
 
 def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict,
             prompt_lookup: int = 0, progress=None, repeat: int = 1, copy_branches: tuple[int, ...] = (),
-            budgets: tuple[bool, ...] = ()) -> list[dict]:
+            budgets: tuple[bool, ...] = (), peer=None) -> list[dict]:
     """Run `methods` (ar first, added if missing) on every prompt; return one dict per method.
 
     `copy_branches`: run every tree method once per copy-branch length N (row `method+copyN`,
     plain `method` for N = 0); empty = once, with `options`' own `copy_branch`.
     `budgets`: run every tree method with the draft budget off and/or on (row `method+budget` when
-    on and both are asked for); empty = `options`' own `budget`."""
+    on and both are asked for); empty = `options`' own `budget`.
+    `peer`: an outside engine (`bench.peers.VllmPeer`), called once with every prompt's token ids after
+    this engine's runs; its rows (`PeerRun`s) join the table with the same identity check against ar."""
     methods = ["ar"] + [m for m in methods if m != "ar"]
     configs = {}
     for m in methods:
@@ -61,8 +71,8 @@ def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict
             for b in (budgets if len(budgets) > 1 and m != "ar" else (None,)):
                 opts = options if n is None else {**options, "copy_branch": n}
                 opts = opts if b is None else {**opts, "budget": b}
-                configs[m + (f"+copy{n}" if n else "") + ("+budget" if b else "")] = GenerationConfig.build(m, **opts)
-    return _interleaved(engine, prompts, configs, prompt_lookup, progress, repeat)
+                configs[row_name(m, n, b)] = GenerationConfig.build(m, **opts)
+    return _interleaved(engine, prompts, configs, prompt_lookup, progress, repeat, peer)
 
 
 def sweep(engine: SpecEngine, prompts: list, method: str, trees: list[tuple[int, int, int]], options: dict,
@@ -72,8 +82,7 @@ def sweep(engine: SpecEngine, prompts: list, method: str, trees: list[tuple[int,
     configs = {"ar": GenerationConfig.build("ar", **options)}
     for depth, top_k, total in trees:
         for n in copy_branches or (options.get("copy_branch", 0),):
-            name = f"{method} {depth}x{top_k}x{total}" + (f" +copy{n}" if n else "")
-            configs[name] = GenerationConfig.build(
+            configs[row_name(f"{method} {depth}x{top_k}x{total}", n)] = GenerationConfig.build(
                 method, **{**options, "depth": depth, "top_k": top_k, "total_tokens": total, "copy_branch": n})
     return _interleaved(engine, prompts, configs, 0, progress, repeat)
 
@@ -90,7 +99,7 @@ def parse_tree_settings(text: str) -> list[tuple[int, int, int]]:
 
 
 def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, GenerationConfig], prompt_lookup: int,
-                 progress, repeat: int) -> list[dict]:
+                 progress, repeat: int, peer=None) -> list[dict]:
     """Every config on every prompt, interleaved per prompt after one warm-up each; "ar" is the reference."""
     for cfg in configs.values():
         cfg.validate()
@@ -106,7 +115,7 @@ def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, Generatio
     for _ in range(repeat):
         for p in ids:
             for name, cfg in configs.items():
-                with stability.metered() as meter:
+                with metered() as meter:
                     result = engine.generate(p, cfg)
                 busy[name][0] += meter.cpu_share * meter.wall_s
                 busy[name][1] += meter.wall_s
@@ -116,14 +125,19 @@ def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, Generatio
             done += 1
             if progress:
                 progress(done, total)
-    table = _table(rows, greedy=configs["ar"].sampling.greedy, vocab_size=engine.vocab_size)
     # ar once more on the first prompt: its speed now against its first timed run (did the machine change?)
     ar_again = engine.generate(ids[0], configs["ar"]).summary.tokens_per_s
     ar_drift = abs(ar_again / rows["ar"].tps[0] - 1) if rows["ar"].tps and rows["ar"].tps[0] > 0 else None
+    for run in peer(ids) if peer is not None else []:  # in its own process, after this engine's runs
+        rows[run.name] = MethodRows(run.name, run.tokens_per_s, [], [], run.outputs, taus=run.taus,
+                                    new_tokens=sum(map(len, run.outputs)), peer={**run.info, "tau": run.tau})
+    table = _table(rows, greedy=configs["ar"].sampling.greedy, vocab_size=engine.vocab_size)
     for row in table:
         b = busy.get(row["method"])
+        peer_info = row.get("peer") or {}  # another engine: its own CPU share; τ bounds only this engine's speedup
+        share = b[0] / b[1] if b and b[1] > 0 else peer_info.get("cpu_share")
         row["trust"] = assess_trust(row["method"], row["per_prompt_speedup"], repeat, len(ids), row["speedup"],
-                                    row["tau"], b[0] / b[1] if b and b[1] > 0 else None, ar_drift)
+                                    None if peer_info else row["tau"], share, ar_drift)
     if configs["ar"].sampling.greedy:
         _add_exactness(table, rows, engine, ids * repeat)
     return table
@@ -194,19 +208,20 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
     table = []
     for name, r in rows.items():
         speedups = [metrics.speedup(a, b) for a, b in zip(r.tps, ar.tps) if b > 0]
-        drafts = name not in ("ar", "prompt_lookup")
+        drafts = name not in ("ar", "prompt_lookup") and r.peer is None
         mean_active = metrics.mean_active(r.active)
         table.append({
             "method": name,
             "tokens_per_s": _median(r.tps),
             "speedup": _median(speedups),
-            "tau": metrics.tau(r.emitted),
+            "tau": r.peer["tau"] if r.peer else metrics.tau(r.emitted),
             "draft_ms_per_step": _median(r.draft_ms) if r.draft_ms and drafts else None,
             "lm_head_ms_per_step": _median(r.lm_head_ms) if r.lm_head_ms and drafts else None,
             "mean_active": mean_active if drafts else None,
             "active_frac": mean_active / vocab_size if drafts else None,
             "coverage": metrics.coverage(r.accepted, r.coverage, r.outside),
-            "identical_to_ar": metrics.identical_to_ar(r.outputs, ar.outputs, greedy),
+            "identical_to_ar": metrics.identical_to_ar(r.outputs, ar.outputs[:len(r.outputs)] if r.peer else ar.outputs,
+                                                       greedy),
             # share of accepted draft tokens by the source of their node (head / copy / both)
             "accepted_share": {k: v / sum(r.sources.values()) for k, v in r.sources.items()}
             if sum(r.sources.values()) else None,
@@ -219,6 +234,7 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
             # share of the step's (0 without the budget)
             "mean_verified": metrics.mean(r.verified) if drafts else None,
             "budget_share": sum(r.budget_ms) / sum(r.step_ms) if drafts and sum(r.step_ms) else None,
+            **({"peer": r.peer} if r.peer else {}),
         })
     return table
 

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from ..copy_branch import lookup_continuation
+from nanospec.decoding.copy_branch import lookup_continuation
 
 
 def step_shares(engine, prompts: list, options: dict) -> dict:
@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=4, help="held-out prompts to decode")
     p.add_argument("--max-new-tokens", type=int, default=64)
     a = p.parse_args(argv)
-    from ..data.prompts import load_prompts, prompt_messages
-    from ..pair import load_pair
+    from nanospec.data.prompts import load_prompts, prompt_messages
+    from nanospec.pair import load_pair
     engine, info = load_pair()
     prompts = [prompt_messages(item) for item in load_prompts(split="heldout")[: a.limit]]
     options = {"max_new_tokens": a.max_new_tokens, "copy_branch": a.copy_branch}

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from ..timing import sync
+from nanospec.timing import sync
 
 
 def forward_ms(model, ids: torch.Tensor, n_tokens: int, repeats: int = 5) -> float:
@@ -44,8 +44,8 @@ def phase_medians(result) -> tuple[float, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..pair import load_pair
-    from ..data.prompts import load_prompts, prompt_messages
+    from nanospec.pair import load_pair
+    from nanospec.data.prompts import load_prompts, prompt_messages
 
     ap = argparse.ArgumentParser(prog="python -m nanospec.bench.forward_cost", description=__doc__.splitlines()[0])
     ap.add_argument("--method", default="nanospec")

@@ -36,15 +36,17 @@ from unittest import mock
 
 import torch
 
-from .. import metrics, transfer
-from ..config import GenerationConfig, default_tree
-from ..engine import SpecEngine
-from ..paths import ASSETS
-from ..precision import first_difference
-from ..timing import DRAFT_PHASES, sync
-from .gpu_report import engine_tests, write_report
-from .llama3_prompts import LLAMA3_VOCAB, load_prompt_ids
-from .random_pair import random_head, random_target, random_target_config
+from nanospec import metrics
+
+from nanospec.decoding import transfer
+from nanospec.config import GenerationConfig, default_tree
+from nanospec.decoding.engine import SpecEngine
+from nanospec.paths import ASSETS
+from nanospec.precision import first_difference
+from nanospec.timing import DRAFT_PHASES, sync
+from nanospec.bench.gpu_report import engine_tests, write_report
+from nanospec.bench.llama3_prompts import LLAMA3_VOCAB, load_prompt_ids
+from nanospec.bench.random_pair import random_head, random_target, random_target_config
 
 FREQ_TABLE = ASSETS / "freq" / "llama3_token_freq.safetensors"
 METHODS = ("ar", "full", "static", "nanospec", "hybrid")
@@ -97,7 +99,7 @@ def frequent_ids(vocab: int) -> tuple[torch.Tensor | None, str | None]:
     if not FREQ_TABLE.is_file():
         return None, (f"no Llama-3 frequency table ({FREQ_TABLE.name}); build it with "
                       "`python -m nanospec freq-table --tokenizer llama3`")
-    from ..data.freq_table import load_frequency_table, top_ids
+    from nanospec.data.freq_table import load_frequency_table, top_ids
 
     counts = load_frequency_table(FREQ_TABLE, vocab_size=vocab)
     if counts.shape[0] != vocab:

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..paths import ASSETS
+from nanospec.paths import ASSETS
 
 PROMPT_IDS = ASSETS / "prompts" / "heldout_llama3_ids.json"
 LLAMA3_VOCAB = 128_256
@@ -28,8 +28,8 @@ def load_prompt_ids(path: Path = PROMPT_IDS) -> list[dict]:
 
 
 def write_prompt_ids(out: Path = PROMPT_IDS) -> Path:
-    from ..data.prompts import load_prompts, prompt_messages
-    from ..data.tokenizer_files import SPECS, load_spec_tokenizer
+    from nanospec.data.prompts import load_prompts, prompt_messages
+    from nanospec.data.tokenizer_files import SPECS, load_spec_tokenizer
 
     spec = SPECS["llama3"]
     with tempfile.TemporaryDirectory() as work:

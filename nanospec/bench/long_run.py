@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import GenerationConfig
+from nanospec.config import GenerationConfig
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper and the ships she guides, chapter by chapter."
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt", default=PROMPT)
     parser.add_argument("--device", default=None)
     args = parser.parse_args(argv)
-    from ..pair import load_pair
+    from nanospec.pair import load_pair
 
     engine, info = load_pair(device=args.device)
     cfg = GenerationConfig.build(args.method, max_new_tokens=args.max_new_tokens)

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from ..head import EagleHead, head_config_from_target, save_head
+from nanospec.heads.head import EagleHead, head_config_from_target, save_head
 
 
 def random_target_config(vocab: int, hidden: int, layers: int, heads: int | None = None,
@@ -84,7 +84,7 @@ def write_random_pair(out: str | Path, vocab: int, hidden: int, layers: int,
 def random_eagle3_head(target_config, draft_ids: torch.Tensor | None = None, seed: int = 1,
                        dtype: torch.dtype = torch.float32):
     """A random EAGLE-3 head for `target_config`; `draft_ids` (target ids) prune its draft vocabulary."""
-    from ..head3 import Eagle3Head, d2t_from_ids, eagle3_config_from_target, t2d_from_d2t
+    from nanospec.heads.head3 import Eagle3Head, d2t_from_ids, eagle3_config_from_target, t2d_from_d2t
 
     torch.manual_seed(seed)
     n = int(draft_ids.shape[0]) if draft_ids is not None else None

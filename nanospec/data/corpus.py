@@ -122,7 +122,7 @@ def bible_source(workdir: Path) -> CorpusSource | None:
 
 def prompts_source(tokenizer) -> CorpusSource:
     """The project's train prompts, rendered with the chat template (special tokens included)."""
-    from .prompts import load_prompts, prompt_messages
+    from nanospec.data.prompts import load_prompts, prompt_messages
 
     def documents() -> Iterator[str]:
         for item in load_prompts(split="train"):

@@ -21,9 +21,9 @@ from typing import Iterable, Iterator
 
 import torch
 
-from .corpus import (CorpusSource, bible_source, prompts_source, shakespeare_source,  # noqa: F401 (re-exported)
+from nanospec.data.corpus import (CorpusSource, bible_source, prompts_source, shakespeare_source,  # noqa: F401 (re-exported)
                      stdlib_source)
-from .tokenizer_files import ALL_SOURCES, ASSET_DIR, SPECS, TokenizerSpec, load_spec_tokenizer, tokenizer_from_file
+from nanospec.data.tokenizer_files import ALL_SOURCES, ASSET_DIR, SPECS, TokenizerSpec, load_spec_tokenizer, tokenizer_from_file
 
 DEFAULT_TABLE_PATH = SPECS["smollm2"].out
 DEFAULT_MAX_TOKENS = 4_000_000

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..paths import ASSETS
+from nanospec.paths import ASSETS
 
 CATEGORIES = ("multi_turn", "translation", "summarization", "qa", "math", "rag", "code")
 SPLITS = ("train", "heldout", "outside")  # outside: kinds the set lacks (outside.jsonl), never trained on

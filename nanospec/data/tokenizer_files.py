@@ -22,7 +22,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..paths import ASSETS
+from nanospec.paths import ASSETS
 
 ASSET_DIR = ASSETS / "freq"
 ALL_SOURCES = ("prompts", "stdlib", "shakespeare", "bible")
@@ -123,7 +123,7 @@ def load_spec_tokenizer(spec: TokenizerSpec, workdir: Path):
     if spec.npm is None:
         from transformers import AutoTokenizer
 
-        from ..default_model import ensure_default_model
+        from nanospec.loaders.default_model import ensure_default_model
 
         return AutoTokenizer.from_pretrained(ensure_default_model())
     folder = npm_tokenizer_folder(spec.npm, workdir)

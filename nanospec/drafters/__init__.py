@@ -1,6 +1,6 @@
 """Drafters: what proposes the tree. All share one small interface (see `base.Drafter`)."""
 
-from .base import Drafter
-from .eagle import EagleDrafter
+from nanospec.drafters.base import Drafter
+from nanospec.drafters.eagle import EagleDrafter
 
 __all__ = ["Drafter", "EagleDrafter"]

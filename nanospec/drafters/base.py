@@ -6,10 +6,10 @@ from typing import Protocol
 
 import torch
 
-from ..config import TreeConfig
-from ..timing import PhaseTimer
-from ..tree import DraftTree
-from ..vocab import VocabPolicy
+from nanospec.config import TreeConfig
+from nanospec.timing import PhaseTimer
+from nanospec.decoding.tree import DraftTree
+from nanospec.vocab import VocabPolicy
 
 
 class Drafter(Protocol):

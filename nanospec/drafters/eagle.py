@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from ..config import TreeConfig
-from ..head import EagleHead
-from ..kv import crop_cache, new_cache
-from ..timing import PhaseTimer
-from ..tree import DraftTree, select_tree
-from ..vocab import VocabPolicy
+from nanospec.config import TreeConfig
+from nanospec.heads.head import EagleHead
+from nanospec.decoding.kv import crop_cache, new_cache
+from nanospec.timing import PhaseTimer
+from nanospec.decoding.tree import DraftTree, select_tree
+from nanospec.vocab import VocabPolicy
 
 
 class EagleDrafter:

@@ -4,7 +4,7 @@ Two differences from :class:`~nanospec.drafters.eagle.EagleDrafter`, both inside
 calls: the features it receives from the engine are the target's three fused states [m, 3H]
 (``fc`` maps them to H), while deeper tree levels feed back the head's own output [.., H]; and
 the head scores tokens with its own ``norm`` + ``lm_head`` rows (the vocabulary policy holds rows
-of ``head.lm_head``, indexed by draft id; :class:`~nanospec.draft_vocab.DraftVocab` maps them to
+of ``head.lm_head``, indexed by draft id; :class:`~nanospec.heads.draft_vocab.DraftVocab` maps them to
 target ids when the draft vocabulary is pruned).
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from ..head3 import Eagle3Head
-from ..timing import PhaseTimer
-from .eagle import EagleDrafter
+from nanospec.heads.head3 import Eagle3Head
+from nanospec.timing import PhaseTimer
+from nanospec.drafters.eagle import EagleDrafter
 
 
 class Eagle3Drafter(EagleDrafter):

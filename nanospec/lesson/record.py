@@ -2,9 +2,11 @@
 
     python -m nanospec record-lesson                  # shipped head -> assets/lesson/
     python -m nanospec record-lesson -- --head random   # development only, before the head exists
+    python -m nanospec record-lesson -- --runs budget --merge   # development: one run, keep the rest
 
 Writes two files the lesson tab (app/lesson/) reads without ever loading a model:
-    lesson_runs.json.gz   every (prompt, run) as a `nanospec-trace` document (events, summary, meta)
+    lesson_runs.json.gz   every (prompt, run) as a `nanospec-trace` document (events, summary, meta); the
+                          budgeted run's meta also holds every drafted node's fate (budget_trace.py)
     lm_head_sweep.json    LM-head matmul time vs vocabulary size at the default hidden size
 Both carry the command that made them and a label of the machine it ran on.
 """
@@ -19,16 +21,19 @@ import platform
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-from .. import metrics
-from ..config import GenerationConfig
-from ..events import TRACE_VERSION
-from ..paths import ASSETS
-from . import sampling, stability
+from nanospec import metrics
+from nanospec.config import GenerationConfig
+from nanospec.events import TRACE_VERSION
+from nanospec.paths import ASSETS
+from nanospec.timing import metered
+from nanospec.lesson import sampling, stability
+from nanospec.lesson.budget_trace import BudgetTap
 
 LESSON_DIR = ASSETS / "lesson"
 RUNS_FILE = "lesson_runs.json.gz"
@@ -38,14 +43,18 @@ COMMAND = "python -m nanospec record-lesson"
 
 DEFAULT_PROMPTS = ("code-06", "math-06", "sum-06")  # held-out: the head never trained on them
 # run key -> GenerationConfig.build arguments. "greedy" is a greedy chain: one candidate per level.
-# The lesson teaches the vocabulary policies, so its tree runs keep the context-copy branch off.
+# The lesson teaches the vocabulary policies, so its tree runs keep the context-copy branch off, and
+# the fixed tree (no draft budget) until the budget's own chapter: its run, "budget", is NanoSpec's
+# with the budget on, and also records what the budget decided for every node (budget_trace.py).
+FIXED = {"copy_branch": 0, "budget": False}
 RUNS: dict[str, dict] = {
     "ar": {"method": "ar"},
-    "greedy": {"method": "full", "depth": 5, "top_k": 1, "total_tokens": 6, "copy_branch": 0},
-    "full": {"method": "full", "copy_branch": 0},
-    "static": {"method": "static", "copy_branch": 0},
-    "nanospec": {"method": "nanospec", "copy_branch": 0},
-    "hybrid": {"method": "hybrid", "copy_branch": 0},
+    "greedy": {"method": "full", "depth": 5, "top_k": 1, "total_tokens": 6, **FIXED},
+    "full": {"method": "full", **FIXED},
+    "static": {"method": "static", **FIXED},
+    "nanospec": {"method": "nanospec", **FIXED},
+    "hybrid": {"method": "hybrid", **FIXED},
+    "budget": {"method": "nanospec", "copy_branch": 0, "budget": True},
 }
 # vocabulary sizes of real tokenizers (and NanoSpec's default capacity) for the LM-head sweep
 SWEEP_VOCABS = {3072: "NanoSpec capacity", 32000: "Llama-2", 49152: "SmolLM2 (this model)",
@@ -137,15 +146,26 @@ def record_run(engine, messages: list[dict], run_key: str, max_new_tokens: int, 
     """One decoding run as a `nanospec-trace` document (the layout `events.save_trace` writes);
     `options` (GenerationConfig.build arguments) default to `RUNS[run_key]`."""
     cfg = GenerationConfig.build(max_new_tokens=max_new_tokens, **(options or RUNS[run_key]))
-    run = engine.stream(messages, cfg)
-    for _ in run:
-        pass
+    budgeted = cfg.method != "ar" and cfg.tree.budget
+    with BudgetTap(engine) if budgeted else nullcontext() as tap:
+        run = engine.stream(messages, cfg)
+        for _ in run:
+            pass
     events, summary = run.events, run.summary
     tok = engine.tokenizer
     shown = {t for e in events for t in (*e.tree_tokens, e.bonus_token)}
     meta = {"run": run_key, "config": cfg.to_dict(), "prompt_ids": run.prompt_ids,
             "pieces": token_pieces(tok, summary.output_ids),
             "token_text": {str(t): tok.decode([t], skip_special_tokens=False) for t in sorted(shown)}}
+    if budgeted:  # every drafted node's chance and fate (the events hold only the verified ones)
+        steps = tap.steps(events)
+        drafted = {t for entry in steps if entry for t in entry["tokens"]}
+        meta["token_text"].update({str(t): tok.decode([t], skip_special_tokens=False) for t in sorted(drafted)})
+        curve = engine.cost_curve(cfg.tree.max_nodes).to_dict()
+        # the model's name, not where this machine keeps it
+        if "model" in curve["key"]:
+            curve["key"] = {**curve["key"], "model": Path(curve["key"]["model"]).name}
+        meta["budget"] = {"cost_curve": curve, "steps": steps}
     return {"format": "nanospec-trace", "version": TRACE_VERSION, "meta": meta,
             "summary": summary.to_dict(), "events": [e.to_dict() for e in events]}
 
@@ -153,13 +173,13 @@ def record_run(engine, messages: list[dict], run_key: str, max_new_tokens: int, 
 def record_prompt(engine, item: dict, max_new_tokens: int, runs: list[str], repeats: int = 1) -> list[dict]:
     """Every run of one prompt, interleaved, `repeats` times; each run keeps its median-speed repeat,
     and its meta records every repeat's tokens/s, speedup over ar and CPU share (stability.py)."""
-    from ..data.prompts import prompt_messages
+    from nanospec.data.prompts import prompt_messages
 
     messages = prompt_messages(item)
     tries: dict[str, list[tuple[dict, float]]] = {key: [] for key in runs}
     for rep in range(repeats):
         for key in runs:  # interleaved: a change in the machine's load hits every method alike
-            with stability.metered() as meter:
+            with metered() as meter:
                 doc = record_run(engine, messages, key, max_new_tokens)
             tries[key].append((doc, meter.cpu_share))
             s = doc["summary"]
@@ -203,7 +223,7 @@ def check_recording(docs: list[dict], calibration: dict | None) -> list[str]:
 def record_sampling(engine, item: dict, max_new_tokens: int, runs: int) -> dict:
     """The sampling chapter's material for one prompt: a recorded run at temperature > 0 with the
     acceptance log of every step, and the first-token check over `runs` seeded runs (0 = skip)."""
-    from ..data.prompts import prompt_messages
+    from nanospec.data.prompts import prompt_messages
 
     messages = prompt_messages(item)
     options = sampling.SAMPLING
@@ -230,13 +250,13 @@ def warm_up(engine, runs: list[str]) -> None:
 
 
 def load_engine(head: str | None, device: str | None):
-    from ..pair import load_pair
+    from nanospec.pair import load_pair
 
     if head == "random":
-        from ..bench.random_pair import random_head
+        from nanospec.bench.random_pair import random_head
 
         engine, info = load_pair(None, device=device)
-        from ..engine import SpecEngine
+        from nanospec.decoding.engine import SpecEngine
         rh = random_head(engine.model.config, dtype=engine.lm_head_weight.dtype).to(engine.device)
         engine = SpecEngine(engine.model, engine.tokenizer, rh, frequent_ids=engine.frequent_ids)
         return engine, {"target": info.target, "head": "random untrained head (development only)",
@@ -282,16 +302,39 @@ def _now() -> str:
 
 
 def write_runs(path: Path, docs: list[dict], prompts: list[dict], pair: dict, command: str,
-               settings: dict, machine: dict, sampled: dict | None = None, calibration: dict | None = None) -> Path:
+               settings: dict, machine: dict, sampled: dict | None = None, calibration: dict | None = None,
+               notes: dict | None = None) -> Path:
     """The bundle; `sampled` maps a prompt id to `record_sampling`'s result (the sampling chapter);
-    `calibration`: plain decoding's tokens/s before and after the recording."""
+    `calibration`: plain decoding's tokens/s before and after the recording; `notes`: what a
+    development recording did differently (`merged`: runs kept from an earlier bundle, `unsteady`:
+    the stability problems it was written despite)."""
     bundle = {"format": BUNDLE_FORMAT, "version": 1, "command": command, "recorded_at": _now(),
               "machine": machine, "pair": pair, "settings": settings, "prompts": prompts, "runs": docs,
-              "sampling": sampled or {}, "calibration": calibration}
+              "sampling": sampled or {}, "calibration": calibration, **(notes or {})}
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as fh:
         json.dump(bundle, fh, separators=(",", ":"))
     return path
+
+
+def merge_into(path: Path, docs: list[dict], prompts: list[str], settings: dict) -> tuple[list[dict], dict, dict]:
+    """`--merge`: the runs just recorded (`docs`) in place of the same runs of the bundle at `path`,
+    which keeps the rest; (runs in `RUNS` order per prompt, its sampling material, a note of what was kept).
+    Updates `settings["runs"]` to every run the merged bundle holds."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        old = json.load(fh)
+    if old.get("format") != BUNDLE_FORMAT or [p["id"] for p in old["prompts"]] != prompts:
+        raise SystemExit(f"record-lesson --merge: {path} is not a lesson bundle of the prompts {', '.join(prompts)}")
+    new = {(d["meta"]["prompt_id"], d["meta"]["run"]) for d in docs}
+    kept = [d for d in old["runs"] if (d["meta"]["prompt_id"], d["meta"]["run"]) not in new]
+    order = {key: i for i, key in enumerate(RUNS)}
+    merged = sorted(kept + docs, key=lambda d: (prompts.index(d["meta"]["prompt_id"]),
+                                                order.get(d["meta"]["run"], len(order))))
+    settings["runs"] = {**(old.get("settings") or {}).get("runs", {}), **settings["runs"]}
+    settings["runs"] = {k: settings["runs"][k] for k in sorted(settings["runs"], key=lambda k: order.get(k, 99))}
+    note = {"kept_from": old.get("recorded_at"), "kept_command": old.get("command"),
+            "kept_runs": sorted({d["meta"]["run"] for d in kept})}
+    return merged, old.get("sampling") or {}, note
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -311,6 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="repeats of every decoding run, interleaved per prompt; each run keeps its median")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch CPU threads (default 0: torch's default, as the app and the benchmarks run)")
+    ap.add_argument("--merge", action="store_true",
+                    help="development: record only --runs (and ar) and keep every other run, the sampling material "
+                         "and the sweep of the bundle already in --out (the plain command records everything)")
+    ap.add_argument("--allow-unsteady", action="store_true",
+                    help="development: write the recording even if its timings are not stable (the bundle lists "
+                         "the problems; the lesson's tests fail until it is re-recorded on an idle machine)")
     ap.add_argument("--skip-runs", action="store_true", help="only the LM-head sweep")
     ap.add_argument("--skip-sweep", action="store_true", help="only the decoding runs")
     return ap
@@ -321,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--"]:  # `python -m nanospec record-lesson -- --head random` forwards the separator
         argv = argv[1:]
     a = build_parser().parse_args(argv)
-    from ..data.prompts import load_prompts
+    from nanospec.data.prompts import load_prompts
 
     runs = [r.strip() for r in a.runs.split(",") if r.strip()]
     bad = [r for r in runs if r not in RUNS]
@@ -356,18 +405,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  calibration (ar, {CALIBRATION_PROMPT!r}): {calibration['before']:.1f} tok/s before, "
               f"{calibration['after']:.1f} after", file=sys.stderr)
         found = check_recording(docs, calibration)
-        if found:
+        notes = {}
+        if found and not a.allow_unsteady:
             raise SystemExit("record-lesson: the timings are not stable, so nothing was written (run it again on "
                              "an idle machine):\n  " + "\n  ".join(found))
-        for pid in wanted:
-            sampled[pid] = record_sampling(engine, by_id[pid], a.max_new_tokens, a.sampling_runs)
-        prompts = [{"id": pid, "category": by_id[pid]["category"], "text": prompt_text(by_id[pid])}
-                   for pid in wanted]
+        if found:
+            notes["unsteady"] = found
+            print("record-lesson: writing despite unstable timings (--allow-unsteady):\n  " + "\n  ".join(found),
+                  file=sys.stderr)
         settings = {"max_new_tokens": a.max_new_tokens, "runs": {k: RUNS[k] for k in runs},
                     "temperature": 0.0, "sampling": sampling.SAMPLING, "sampling_runs": a.sampling_runs,
                     "run_repeats": a.run_repeats, "defaults": GenerationConfig().to_dict()}
+        if a.merge:
+            docs, sampled, notes["merged"] = merge_into(out / RUNS_FILE, docs, wanted, settings)
+        else:
+            for pid in wanted:
+                sampled[pid] = record_sampling(engine, by_id[pid], a.max_new_tokens, a.sampling_runs)
+        prompts = [{"id": pid, "category": by_id[pid]["category"], "text": prompt_text(by_id[pid])}
+                   for pid in wanted]
         path = write_runs(out / RUNS_FILE, docs, prompts, pair, command, settings, machine_label(engine.device),
-                          sampled, calibration)
+                          sampled, calibration, notes)
         print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)", file=sys.stderr)
         del engine
     if not a.skip_sweep:

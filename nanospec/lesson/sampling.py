@@ -16,9 +16,9 @@ from collections import Counter
 
 import torch
 
-from ..config import GenerationConfig
-from ..tree import children_lists
-from ..verify import warp_probs
+from nanospec.config import GenerationConfig
+from nanospec.decoding.tree import children_lists
+from nanospec.decoding.verify import warp_probs
 
 # the recorded sampling run: NanoSpec's tree and vocabulary, sampled at T = 0.8
 SAMPLING = {"method": "nanospec", "temperature": 0.8, "top_p": 1.0, "seed": 0, "copy_branch": 0}

@@ -12,33 +12,11 @@ write a recording that has any.
 from __future__ import annotations
 
 import statistics
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass
 
-import torch
+from nanospec.timing import MIN_CPU_SHARE
 
 MAX_SPREAD = 0.25      # `spread` of a run's tokens/s, or of its speedup, across repeats
-MIN_CPU_SHARE = 0.75   # a run during which the process computed less than this was sharing the machine
 MAX_DRIFT = 0.15       # calibration speed after the recording vs before
-
-
-@dataclass
-class Meter:
-    wall_s: float = 0.0
-    cpu_share: float = 1.0
-
-
-@contextmanager
-def metered():
-    """Wall time and CPU share of the block: `with metered() as m: ...; m.cpu_share`."""
-    m = Meter()
-    w0, c0 = time.perf_counter(), time.process_time()
-    try:
-        yield m
-    finally:
-        m.wall_s = time.perf_counter() - w0
-        m.cpu_share = (time.process_time() - c0) / max(m.wall_s, 1e-9) / max(torch.get_num_threads(), 1)
 
 
 def spread(values: list[float]) -> float:

@@ -76,7 +76,7 @@ PLANS = ("real", "templated")
 
 def _data_dir(args, target_name: str, plan: str | None = None, tasks: int | None = None,
               gen_batch: int | None = None) -> Path:
-    from ..default_model import cache_root
+    from nanospec.loaders.default_model import cache_root
 
     plan, tasks = plan or args.plan, args.tasks if tasks is None else tasks
     fields = ["eagle3-data", 1, target_name, tasks, args.max_new_tokens, args.max_prompt_tokens,
@@ -93,15 +93,15 @@ def conversations(args, folder: Path) -> list[list[dict]]:
     path = folder / "conversations.json"
     if path.exists():
         return json.loads(path.read_text())
-    from ..data.prompts import load_prompts, prompt_messages
-    from ..default_model import cache_root
-    from .open_instructions import make_open_instructions
-    from .real_tasks import load_pools, make_real_tasks
+    from nanospec.data.prompts import load_prompts, prompt_messages
+    from nanospec.loaders.default_model import cache_root
+    from nanospec.training.open_instructions import make_open_instructions
+    from nanospec.training.real_tasks import load_pools, make_real_tasks
 
     heldout = [prompt_messages(p) for p in load_prompts(split="heldout")]
     train = [prompt_messages(p) for p in load_prompts(split="train")]
     if args.plan == "templated":
-        from .instructions import make_instructions
+        from nanospec.training.instructions import make_instructions
 
         convs = train + make_instructions(args.tasks, seed=args.seed, exclude=heldout + train)
         path.write_text(json.dumps(convs))
@@ -120,8 +120,8 @@ def conversations(args, folder: Path) -> list[list[dict]]:
 
 def export(src: Path, out: Path, target=None) -> Path:
     """The head of a checkpoint in fp16; with `target`, without its lm_head (which must equal the target's)."""
-    from ..head import same_values
-    from ..head3 import load_eagle3, save_eagle3
+    from nanospec.heads.head import same_values
+    from nanospec.heads.head3 import load_eagle3, save_eagle3
 
     folder = src / "head" if (src / "head" / "config.json").is_file() else src
     head = load_eagle3(folder, target=target, dtype=torch.float32)
@@ -147,7 +147,7 @@ def _check_args(args) -> None:
 
 def _generate(args, loaded, convs: list, folder: Path) -> None:
     """Cache the target's answers for at most ``--data-minutes`` (nothing with 0)."""
-    from .eagle3_data import generate_data
+    from nanospec.training.eagle3_data import generate_data
 
     t0 = time.perf_counter()
     if args.data_minutes > 0:
@@ -160,7 +160,7 @@ def _generate(args, loaded, convs: list, folder: Path) -> None:
 def _split_samples(args, folder: Path, held_out: bool, marker: list[int] | None = None) -> list:
     """Sample k of the cached files (in file order) is validation when k % 40 == 7, for the first
     --val-sequences such samples; files written later only add training samples."""
-    from .eagle3_data import load_data_file
+    from nanospec.training.eagle3_data import load_data_file
 
     out, k, tokens = [], 0, 0
     for f in sorted(folder.glob("batch-*.pt")):
@@ -193,9 +193,9 @@ def _train(args, argv, target, folders: list[Path], marker: list[int] | None = N
     """Train (or resume) the head on the cached data of `folders` (each split into training and validation
     alone); checkpoints and ``summary.json`` go in the run folder. `marker` (the chat template's
     generation prompt) finds the answer in samples cached without it."""
-    from ..default_model import cache_root
-    from .eagle3_train import LoopConfig, init_eagle3_from_target, resume_head, train_loop
-    from .train_data import frequent_ids
+    from nanospec.loaders.default_model import cache_root
+    from nanospec.training.eagle3_train import LoopConfig, init_eagle3_from_target, resume_head, train_loop
+    from nanospec.training.train_data import frequent_ids
 
     val = [s for folder in folders for s in _split_samples(args, folder, True, marker)]
 
@@ -228,12 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.export:
         target = None
         if args.lm_head_from_target:
-            from ..loading import load_target
+            from nanospec.loaders.loading import load_target
             target = load_target(args.model, device="cpu", dtype="float32").model
         print(f"exported to {export(Path(args.export), Path(args.out), target)}")
         return 0
     torch.set_num_threads(args.threads)
-    from ..loading import load_target
+    from nanospec.loaders.loading import load_target
 
     loaded = load_target(args.model, device="cpu", dtype="float32")
     folder = _data_dir(args, loaded.name)
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     for f in folders:
         if not any(f.glob("batch-*.pt")):
             raise ValueError(f"no training data in {f}: generate it first (--plan, --tasks, --data-minutes > 0)")
-    from .eagle3_data import generation_marker
+    from nanospec.training.eagle3_data import generation_marker
 
     _train(args, argv, loaded.model, folders, generation_marker(loaded.tokenizer))
     return 0

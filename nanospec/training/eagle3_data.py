@@ -1,7 +1,7 @@
 """EAGLE-3 training data: the target's own answers with its three fused features and its greedy tokens.
 
 One ``generate`` call per batch (greedy, chat template, left padding). Forward pre-hooks
-(:mod:`nanospec.features`) record the states entering layers 2, L//2 and L-3 during generation and
+(:mod:`nanospec.heads.features`) record the states entering layers 2, L//2 and L-3 during generation and
 a hook on the final norm records the target's greedy token at every position (prompt positions
 included, where it differs from the next prompt token), so no second pass is needed. Each batch
 is cached as one file, so an interrupted run resumes and training can start on what exists.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..features import recording
+from nanospec.heads.features import recording
 
 
 @dataclass

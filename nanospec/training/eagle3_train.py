@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from ..head3 import Eagle3Head, eagle3_config_from_target, load_eagle3, save_eagle3
-from .eagle3_data import Sample3
-from .train_model import make_batches, unrolled_forward
+from nanospec.heads.head3 import Eagle3Head, eagle3_config_from_target, load_eagle3, save_eagle3
+from nanospec.training.eagle3_data import Sample3
+from nanospec.training.train_model import make_batches, unrolled_forward
 
 
 def init_eagle3_from_target(target, seed: int = 0) -> Eagle3Head:

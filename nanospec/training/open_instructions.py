@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 
-from .instructions import Messages, distinct_conversations
+from nanospec.training.instructions import Messages, distinct_conversations
 
 SUBJECTS = [
     # nature and science

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .instructions import Messages, distinct_conversations
+from nanospec.training.instructions import Messages, distinct_conversations
 
 LANGS = {"fr": "French", "de": "German", "es": "Spanish", "it": "Italian", "pt": "Portuguese", "nl": "Dutch",
          "pl": "Polish", "sv": "Swedish", "ru": "Russian", "zh_CN": "Chinese", "ja": "Japanese", "tr": "Turkish"}

@@ -108,7 +108,7 @@ def teacher_forced_samples(model, sequences: list[torch.Tensor], batch_size: int
 
 
 def stdlib_sequences(tokenizer, n_tokens: int, seq_len: int) -> list[torch.Tensor]:
-    from ..data.freq_table import stdlib_source
+    from nanospec.data.freq_table import stdlib_source
 
     buffer: list[int] = []
     for doc in stdlib_source().documents():
@@ -121,8 +121,8 @@ def stdlib_sequences(tokenizer, n_tokens: int, seq_len: int) -> list[torch.Tenso
 
 def frequent_ids(n: int, vocab: int) -> torch.Tensor:
     """The `n` most frequent ids of the default frequency table when it fits `vocab`; else ids 0..n-1."""
-    from ..data.freq_table import load_frequency_table, top_ids
-    from ..pair import DEFAULT_FREQ
+    from nanospec.data.freq_table import load_frequency_table, top_ids
+    from nanospec.pair import DEFAULT_FREQ
 
     if DEFAULT_FREQ.exists():
         counts = load_frequency_table(DEFAULT_FREQ)

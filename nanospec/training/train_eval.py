@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from .. import metrics
-from .train_data import Sample, teacher_forced_samples
-from .train_model import full_vocab_accuracy
+from nanospec import metrics
+from nanospec.training.train_data import Sample, teacher_forced_samples
+from nanospec.training.train_model import full_vocab_accuracy
 
 
 def evaluate_tau(head_dir: Path, settings: list[tuple[int, int, int]], max_new_tokens: int = 128,
@@ -20,8 +20,8 @@ def evaluate_tau(head_dir: Path, settings: list[tuple[int, int, int]], max_new_t
     written by hand rather than by the instruction generator)."""
     from tqdm import tqdm
 
-    from ..pair import load_pair
-    from ..data.prompts import load_prompts, prompt_messages
+    from nanospec.pair import load_pair
+    from nanospec.data.prompts import load_prompts, prompt_messages
 
     engine, _ = load_pair(head=head_dir)
     items = load_prompts(split="heldout")[:limit]

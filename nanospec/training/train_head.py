@@ -32,14 +32,14 @@ from pathlib import Path
 
 import torch
 
-from ..bench.compare import parse_tree_settings
-from ..head import load_head, save_head
-from ..paths import ASSETS
-from .train_data import (Sample, answer_samples, frequent_ids, generate_answers, stdlib_sequences,
+from nanospec.bench.compare import parse_tree_settings
+from nanospec.heads.head import load_head, save_head
+from nanospec.paths import ASSETS
+from nanospec.training.train_data import (Sample, answer_samples, frequent_ids, generate_answers, stdlib_sequences,
                          teacher_forced_samples)
-from .train_eval import evaluate_tau
-from .train_loop import train
-from .train_model import (collate, full_vocab_accuracy, head_loss, init_head_from_target, make_batches,
+from nanospec.training.train_eval import evaluate_tau
+from nanospec.training.train_loop import train
+from nanospec.training.train_model import (collate, full_vocab_accuracy, head_loss, init_head_from_target, make_batches,
                           sampled_vocab, unrolled_forward)
 
 __all__ = ["Sample", "answer_samples", "generate_answers", "stdlib_sequences", "teacher_forced_samples",
@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cache_dir(args, target_name: str, part: str = "", round_: int = 0) -> Path:
     """Data cache folder; `part="open"` is the open-instruction answers' own folder (so either set can change alone),
     one per round (round 0 keeps the key it had before rounds existed, so its answers are reused)."""
-    from ..default_model import cache_root
+    from nanospec.loaders.default_model import cache_root
 
     if part == "open":
         key = json.dumps([CACHE_VERSION, target_name, "open", args.open_instructions, args.max_new_tokens,
@@ -125,9 +125,9 @@ def _check_args(args) -> None:
 def _conversations(args) -> tuple[list, list]:
     """The train prompts plus the templated instructions, and the open-ended instructions (all rounds);
     none of them is a held-out prompt."""
-    from .instructions import make_instructions
-    from .open_instructions import make_open_instructions
-    from ..data.prompts import load_prompts, prompt_messages
+    from nanospec.training.instructions import make_instructions
+    from nanospec.training.open_instructions import make_open_instructions
+    from nanospec.data.prompts import load_prompts, prompt_messages
 
     heldout = [prompt_messages(p) for p in load_prompts(split="heldout")]
     convs = [prompt_messages(p) for p in load_prompts(split="train")]
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument("--arch", choices=("eagle2", "eagle3"), default="eagle2")
     known, rest = pre.parse_known_args(argv)
     if known.arch == "eagle3":
-        from .eagle3_cli import main as eagle3_main
+        from nanospec.training.eagle3_cli import main as eagle3_main
         return eagle3_main(rest)
     args = build_parser().parse_args(argv)
     _check_args(args)
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         evals = evaluate_tau(Path(args.out), settings, args.eval_tokens, args.eval_limit, show)  # '' = top-1 only
         print(json.dumps([{k: v for k, v in e.items()} for e in evals], indent=2))
         return 0
-    from ..loading import load_target
+    from nanospec.loaders.loading import load_target
 
     loaded = load_target(args.model, device="cpu", dtype="float32")
     cache = _cache_dir(args, loaded.name)

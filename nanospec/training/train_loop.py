@@ -8,9 +8,9 @@ import random
 
 import torch
 
-from ..head import EagleHead
-from .train_data import Sample
-from .train_model import collate, full_vocab_accuracy, head_loss, make_batches, sampled_vocab
+from nanospec.heads.head import EagleHead
+from nanospec.training.train_data import Sample
+from nanospec.training.train_model import collate, full_vocab_accuracy, head_loss, make_batches, sampled_vocab
 
 
 def train(head: EagleHead, target, samples: list[Sample], val: list[Sample], frequent: torch.Tensor, *,

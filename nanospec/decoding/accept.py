@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .tree import ancestor_mask
+from nanospec.decoding.tree import ancestor_mask
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Engines for tests and development of the app itself (not for real use): a tiny random-weight model
-with a toy word tokenizer (`python app.py --tiny`, `python -m app.soak --tiny`, the app's tests) and a
+with a toy word tokenizer (`python app.py --tiny`, `python -m app.dev.soak --tiny`, the app's tests) and a
 slowed-down engine that counts its steps (tests of Stop and of closed tabs). (The random draft head
 for a target without a trained one, `python app.py --random-head`, is `app.models.with_random_head`.)
 """
@@ -15,7 +15,7 @@ from nanospec.bench.random_pair import random_head, random_target, random_target
 from nanospec import SpecEngine
 from nanospec.pair import PairInfo
 
-from .models import Loader, ProgressFn
+from app.models import Loader, ProgressFn
 
 
 _WORDS = ("the", "draft", "tree", "token", "accepts", "a", "fast", "small", "vocabulary", "target",

@@ -1,7 +1,7 @@
 """Load a target model + tokenizer: the offline default, a local folder or a hub id.
 
 Device and dtype handling lives here (scripts do I/O, model code does none). The default
-target (SmolLM2-135M-Instruct) comes from :mod:`nanospec.default_model`; its hub id is treated
+target (SmolLM2-135M-Instruct) comes from :mod:`nanospec.loaders.default_model`; its hub id is treated
 as the default whenever the hub cannot serve it (offline, unreachable, not cached).
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .default_model import (DEFAULT_HUB_ID, DEFAULT_MODEL_NAME, ProgressFn, ensure_default_model,
+from nanospec.loaders.default_model import (DEFAULT_HUB_ID, DEFAULT_MODEL_NAME, ProgressFn, ensure_default_model,
                             is_default_alias)
 
 logger = logging.getLogger(__name__)

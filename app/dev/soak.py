@@ -1,7 +1,7 @@
 """Soak test: many visitors at once on one app, through `gradio_client`, as a public Space would see them.
 
-    python -m app.soak --clients 4 --runs 10                  # default pair, 64 new tokens
-    python -m app.soak --clients 4 --runs 10 --tiny           # the tiny random engine (seconds)
+    python -m app.dev.soak --clients 4 --runs 10                  # default pair, 64 new tokens
+    python -m app.dev.soak --clients 4 --runs 10 --tiny           # the tiny random engine (seconds)
 
 Launches `python app.py` in its own process on a free port, runs every prompt once alone (the
 reference answers), then N clients at once, each sending M requests (greedy, the app's default
@@ -21,9 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from app.served import connect, free_port, start_app, stop_app
+from app.dev.served import connect, free_port, start_app, stop_app
 
-KNOBS = ("depth", "top_k", "total_tokens", "temperature", "top_p", "seed", "capacity")
 RSS_DRIFT_LIMIT = 0.05
 
 
@@ -85,12 +84,13 @@ def run_soak(url: str, server, clients: int, runs: int, max_new_tokens: int, met
              prompts: list[str], log=print) -> SoakReport:
     from app.inputs import DEFAULTS
 
-    knobs = [DEFAULTS[k] for k in KNOBS]
+    # every knob by name (the API's parameter names are the run options'), the page's defaults but these
+    knobs = {**DEFAULTS, "method": method, "max_new_tokens": max_new_tokens}
     report = SoakReport(clients, runs, max_new_tokens, method, len(prompts))
     reference: dict[str, str] = {}
     solo = connect(url, server, download_files=False)
     for i, prompt in enumerate(prompts):  # each prompt alone: the first also loads the model
-        reference[prompt] = answer_text(solo.predict(prompt, method, max_new_tokens, *knobs, api_name="/run"))
+        reference[prompt] = answer_text(solo.predict(prompt, **knobs, api_name="/run"))
         log(f"reference {i + 1}/{len(prompts)}: {len(reference[prompt])} characters")
     lock = threading.Lock()
     done = [0]
@@ -101,7 +101,7 @@ def run_soak(url: str, server, clients: int, runs: int, max_new_tokens: int, met
             prompt = prompts[(c * runs + r) % len(prompts)]
             t0 = time.perf_counter()
             try:
-                got = answer_text(client.predict(prompt, method, max_new_tokens, *knobs, api_name="/run"))
+                got = answer_text(client.predict(prompt, **knobs, api_name="/run"))
             except Exception as exc:  # noqa: BLE001 — counted and reported
                 with lock:
                     report.errors.append(f"client {c} run {r}: {type(exc).__name__}: {exc}")

@@ -1,6 +1,6 @@
 """Retake the README's screenshot: the Live tab after a run of the default pair, in headless Chromium.
 
-    python -m app.screenshot [--out docs/screenshot.png] [--example qa:] [--max-new-tokens 48] [--replay]
+    python -m app.dev.screenshot [--out docs/screenshot.png] [--example qa:] [--max-new-tokens 48] [--replay]
 
 Launches the app on the offline default pair, runs one example prompt with the app's defaults (the
 context-copy chain and the draft budget on, as on a CPU), waits until the run has finished, checks
@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from nanospec.lesson.stability import MIN_CPU_SHARE, metered
+from nanospec.timing import MIN_CPU_SHARE, metered
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
@@ -97,7 +97,7 @@ def take(out: Path, example: str, max_new_tokens: int, width: int = 1400, replay
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m app.screenshot", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m app.dev.screenshot", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshot.png"))
     ap.add_argument("--example", default="qa:", help="text of the example prompt to click")
     ap.add_argument("--max-new-tokens", type=int, default=48)

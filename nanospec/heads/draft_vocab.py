@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .vocab import Proposal
+from nanospec.vocab import Proposal
 
 
 class DraftVocab:

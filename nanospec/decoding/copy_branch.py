@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .timing import PhaseTimer
-from .tree import DraftTree
+from nanospec.timing import PhaseTimer
+from nanospec.decoding.tree import DraftTree, keep_nodes
 
 # where a tree node came from (DraftTree.sources, StepEvent.tree_sources)
 ROOT, HEAD, COPY, BOTH, PAD = 0, 1, 2, 3, 4
@@ -170,18 +170,9 @@ def merge_copy_chain(tree: DraftTree, chain: CopyChain, chain_in_active: torch.T
 
 
 def drop_pad_nodes(tree: DraftTree) -> DraftTree:
-    """The merged tree without its PAD nodes, parents re-indexed (its boolean mask reads the
-    tensor, so the engine calls this on a CPU only). PAD nodes have no children, so every kept
-    node keeps its parent."""
-    keep = tree.sources != PAD
-    if bool(keep.all()):
-        return tree
-    new_index = torch.cumsum(keep.to(torch.long), 0) - 1
-    parents = tree.parents[keep]
-    parents = torch.where(parents >= 0, new_index[parents.clamp(min=0)], parents)
-    return DraftTree(tokens=tree.tokens[keep], parents=parents, depths=tree.depths[keep],
-                     scores=tree.scores[keep], in_active=tree.in_active[keep], sources=tree.sources[keep],
-                     ancestors=tree.ancestors[keep][:, keep])
+    """The merged tree without its PAD nodes (CPU only, see `tree.keep_nodes`). PAD nodes have no
+    children, so every kept node keeps its parent."""
+    return keep_nodes(tree, tree.sources != PAD)
 
 
 def drop_padding(nodes: dict[str, list], path: list[int]) -> tuple[dict[str, list], list[int]]:

@@ -21,7 +21,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from .rotary import Fp32RotaryModule
+from nanospec.heads.rotary import Fp32RotaryModule
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
