@@ -23,7 +23,7 @@ from pathlib import Path
 
 from nanospec.timing import MIN_CPU_SHARE, metered
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (app/dev/screenshot.py)
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
