@@ -480,7 +480,7 @@ def tree_spec(frame: pd.DataFrame, step: int | None = None,
              + (f" ({n_copy} on the copy chain)" if n_copy else "") + html.escape(outcome) + "</span>")
     if budget:
         title += ("<br><span style='font-size:11px;color:#555'>"
-                  + html.escape(budget).replace("; a node needed", ";<br>a node needed") + "</span>")
+                  + html.escape(budget).replace("; more would", ";<br>more would") + "</span>")
     top, bottom = MODEBAR_PX + (52 if budget is None else 84), 105
     height = max(HEIGHT, 36 * (max(t.y) + 1.5) + top + bottom)  # ~36 px per row: a label above each node
     layout = _layout(title, showlegend=True, height=height, hovermode="closest",
@@ -505,10 +505,6 @@ def _number(value) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _chance(p: float) -> str:
-    return f"{p:.3g}"
-
-
 def is_budgeted(row: Mapping) -> bool:
     """The step ran under the cost-aware draft budget (`StepEvent.budget_threshold` is set; prefill,
     `ar` and runs without the budget leave it None)."""
@@ -521,13 +517,12 @@ def budget_line(row: Mapping) -> str | None:
     if not is_budgeted(row):
         return None
     verified, drafted = len(row["tree_tokens"]) - 1, int(row["drafted_nodes"]) - 1
-    threshold = _chance(_number(row["budget_threshold"]))
     if verified == 0:
-        return f"nothing drafted paid for its verification: a plain step (a node needed p > {threshold})"
+        return "nothing drafted paid for its verification time: a plain step"
     expected = _number(row.get("expected_tokens"))
     exp = f"; expected {expected:.2f} tokens" if expected is not None else ""
-    return (f"verified {verified} of {drafted} drafted nodes{exp}; a node needed p > {threshold} to pay for "
-            "its verification")
+    return (f"verified the {verified} likeliest of {drafted} drafted nodes{exp}; more would have cost more time "
+            "than they were likely to bring")
 
 
 def budget_html(events: Sequence, curve: Mapping | None = None, replayed: bool = False) -> str:
@@ -552,7 +547,7 @@ def budget_html(events: Sequence, curve: Mapping | None = None, replayed: bool =
         drafted = sum(e.drafted_nodes - 1 for e in steps)
         plain = sum(len(e.tree_tokens) == 1 for e in steps)
         parts.append(f"verified {verified:,} of {drafted:,} drafted nodes over {len(steps)} steps, "
-                     f"{plain} of them plain steps (nothing drafted paid for its verification)")
+                     f"{plain} of them plain steps (nothing drafted paid for its verification time)")
     return ('<p class="budget-note" id="budget-note" style="margin:6px 2px;font-size:0.9em">'
             "<b>Draft budget on</b> · " + " · ".join(parts) + "</p>")
 

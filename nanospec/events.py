@@ -65,7 +65,8 @@ class StepEvent:
     tree_sources: list[str] = field(default_factory=list)
     # the cost-aware draft budget (budget.py), when on: nodes drafted before it pruned (the root
     # included; the verified ones are tree_tokens), the expected tokens of the verified tree, and
-    # the acceptance chance a node needed to be verified (λ·Δc)
+    # λ·Δc, the mean price of one more verified node in tokens (λ the request's tokens per ms, Δc the
+    # cost curve's mean ms per token; the budget prices each tree size by the curve itself)
     drafted_nodes: int = 0
     expected_tokens: float | None = None
     budget_threshold: float | None = None

@@ -448,9 +448,9 @@ def _plain(title: str) -> str:
 def test_budget_line_of_a_budgeted_step_and_of_a_plain_step():
     events = budgeted_events()
     assert charts.budget_line(events[1].to_dict()) == (
-        "verified 4 of 9 drafted nodes; expected 2.41 tokens; a node needed p > 0.234 to pay for its verification")
-    assert charts.budget_line(events[2].to_dict()) == (
-        "nothing drafted paid for its verification: a plain step (a node needed p > 0.31)")
+        "verified the 4 likeliest of 9 drafted nodes; expected 2.41 tokens; more would have cost more time than "
+        "they were likely to bring")
+    assert charts.budget_line(events[2].to_dict()) == "nothing drafted paid for its verification time: a plain step"
     assert charts.budget_line(events[0].to_dict()) is None  # prefill
     assert all(charts.budget_line(e.to_dict()) is None for e in make_events())  # a run without the budget
     frame = events_to_frame(events)  # the frame's rows say the same (NaN where an event held None)
@@ -462,10 +462,10 @@ def test_tree_title_says_what_the_budget_kept():
     frame = events_to_frame(budgeted_events())
     title = _plain(charts.tree_figure(frame, 1, TEXT).layout.title.text)
     assert "4 verified, 2 accepted + bonus" in title
-    assert "verified 4 of 9 drafted nodes; expected 2.41 tokens; a node needed p > 0.234 to pay for its " \
-           "verification" in title
+    assert "verified the 4 likeliest of 9 drafted nodes; expected 2.41 tokens; more would have cost more time " \
+           "than they were likely to bring" in title
     plain = charts.tree_figure(frame, 2, TEXT)
-    assert "nothing drafted paid for its verification: a plain step" in _plain(plain.layout.title.text)
+    assert "nothing drafted paid for its verification time: a plain step" in _plain(plain.layout.title.text)
     assert len(_trace(plain, "bonus").x) == 1 and len(_trace(plain, "drafted (rejected)").x) == 0
     budget_top = plain.layout.margin.t
     assert budget_top > charts.tree_figure(events_to_frame(make_events()), 1, TEXT).layout.margin.t  # room for it

@@ -103,7 +103,7 @@ def test_the_draft_budget_checkbox_reaches_the_engine(served):
     assert 'id="budget-note"' in kpis and "cost per extra verified token: <b>3.00 ms</b>" in kpis
     assert 'id="budget-note"' not in plain[1]
     title = json.loads(tree["plot"])["layout"]["title"]["text"]
-    assert "to pay for its verification" in title or "a plain step" in title
+    assert "more would have cost more time" in title or "a plain step" in title
     depth_fig = json.loads(depth["plot"])
     assert depth_fig["data"] or "plain step" in depth_fig["layout"]["annotations"][0]["text"]
 

@@ -63,6 +63,19 @@ def closed_subsets(parents: list[int]):
             yield keep
 
 
+def test_monotone_fit_is_the_closest_non_decreasing_sequence():
+    assert budget_mod.monotone([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
+    assert budget_mod.monotone([5.0, 1.0, 1.0, 9.0]) == [7 / 3] * 3 + [9.0]
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):   # against every non-decreasing candidate built from the input's own pools
+        xs = (torch.rand(6, generator=g) * 10).tolist()
+        fit = budget_mod.monotone(xs)
+        assert all(a <= b + 1e-9 for a, b in zip(fit, fit[1:])) and sum(fit) == pytest.approx(sum(xs))
+        for _ in range(20):
+            other = sorted((torch.rand(6, generator=g) * 10).tolist())
+            assert sum((a - b) ** 2 for a, b in zip(fit, xs)) <= sum((a - b) ** 2 for a, b in zip(other, xs)) + 1e-9
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("threshold", [0.0, 0.05, 0.2, 0.6, 2.0])
 def test_select_keeps_the_best_ancestor_closed_set(seed, threshold):
@@ -81,6 +94,48 @@ def test_select_keeps_the_best_ancestor_closed_set(seed, threshold):
     assert float(expected) == pytest.approx(1 + sum(float(p[i]) for i in range(1, len(kept)) if kept[i]), abs=1e-5)
     if threshold >= 1.0:
         assert kept == [True] + [False] * (len(kept) - 1), "nothing can pay: a plain step"
+
+
+def step_curve() -> CostCurve:
+    """A made-up device whose kernels take rows in blocks: 1-2 tokens cost the same, 3-8 more, 9+ more again
+    (with a dip at 6, measurement noise, that the budget smooths away)."""
+    ms = {1: 10.0, 2: 10.1, 3: 16.0, 4: 16.2, 5: 16.3, 6: 15.9, 7: 16.4, 8: 16.5, 9: 23.0, 10: 23.1}
+    return CostCurve(list(ms), list(ms.values()), {"device": "test"})
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("rate", [0.0, 0.01, 0.05, 0.2, 1.0])
+def test_select_prices_each_tree_size_by_the_measured_curve(seed, rate):
+    """Not a line: the kept set is the ancestor-closed set whose summed p most exceeds λ·(c(1 + |S|) - c(1))."""
+    tree = random_tree(seed, n=9, sources=seed % 2 == 1)
+    curve = step_curve()
+    b = DraftBudget(curve, 8, torch.device("cpu"), max_nodes=10)
+    b.tokens, b.ms = rate * 1e6 - b.PRIOR_STEPS, 1e6 - b.PRIOR_STEPS * curve.one_token_ms
+    assert b.rate == pytest.approx(rate, rel=1e-6)
+    extra = curve.extra_ms(10)
+    assert extra[3] == extra[4] == extra[5] == pytest.approx(6.1333, abs=1e-3), "4-6 tokens: the dip pooled"
+    keep, _ = b.select(tree)
+    p = b.node_probs(tree)
+    kept, parents = keep.tolist(), tree.parents.tolist()
+    assert kept[0] and all(not kept[i] or kept[parents[i]] for i in range(1, len(kept)))
+    value = lambda ks: sum(float(p[i]) for i in range(1, len(ks)) if ks[i]) - rate * extra[sum(ks) - 1]  # noqa: E731
+    assert value(kept) == pytest.approx(max(value(ks) for ks in closed_subsets(parents)), abs=1e-5)
+
+
+def test_a_block_the_next_node_fills_for_free_is_filled():
+    """Between 3 and 8 tokens the made-up curve is flat: once a step pays for a third token, nodes up to
+    the eighth cost (nearly) nothing more, so even unlikely ones are verified; the ninth starts a block."""
+    parents = torch.tensor([-1, 0, 1, 2, 3, 4, 5, 6, 7, 8])       # a chain of 9 drafted nodes
+    from nanospec.decoding.tree import ancestor_mask
+    anc = ancestor_mask(parents)
+    scores = torch.tensor([0.0, -0.05, -0.1, -2.8, -2.9, -3.0, -3.1, -3.2, -3.3, -3.4])
+    tree = DraftTree(torch.arange(10), parents, anc.sum(1) - 1, scores, torch.ones(10, dtype=torch.bool), ancestors=anc)
+    b = DraftBudget(step_curve(), 9, torch.device("cpu"), max_nodes=10)
+    b.tokens, b.ms = 0.05 * 1e6 - b.PRIOR_STEPS, 1e6 - b.PRIOR_STEPS * b.curve.one_token_ms   # λ = 0.05 tokens/ms
+    p = b.node_probs(tree)
+    keep, _ = b.select(tree)
+    assert keep.tolist() == [True] * 8 + [False] * 2, p.tolist()
+    assert float(p[7]) < b.threshold, "the 7th drafted node alone would not pay at the curve's mean slope"
 
 
 def test_probabilities_follow_the_paths_and_pad_nodes_are_never_kept():
@@ -112,7 +167,33 @@ def test_learn_counts_only_tried_nodes_by_source_and_depth():
     q1, q2 = torch.exp(torch.tensor(-0.1)), torch.exp(torch.tensor(-1.0))
     assert b.head_pred.tolist() == pytest.approx([0, float(q1 + q2), 0, 0, 0])
     assert b.head_acc.tolist() == [0, 1, 0, 0, 0]
-    assert b.copy_tried.tolist() == [0, 1, 1, 0, 0] and b.copy_acc.tolist() == [0, 0, 1, 0, 0]
+    # a tree without a copy-chain match length counts its copies in the first row (match <= 1)
+    assert b.copy_tried.tolist()[:5] == [0, 1, 1, 0, 0] and b.copy_acc.tolist()[:5] == [0, 0, 1, 0, 0]
+    assert b.copy_tried[5:].sum() == 0
+    tree.copy_match = torch.tensor(6)   # a copy after a 6-token match: the row of 5+ tokens
+    b.learn(tree, enabled, on_path)
+    assert b.copy_tried.tolist()[15:] == [0, 1, 1, 0, 0] and b.copy_acc.tolist()[15:] == [0, 0, 1, 0, 0]
+    assert b.copy_tried[5:15].sum() == 0 and b.copy_tried[:5].tolist() == [0, 1, 1, 0, 0]
+
+
+def test_copy_nodes_are_priced_by_the_match_length():
+    """The same copied node is likelier after a match where copies were accepted than after one where they were not."""
+    parents = torch.tensor([-1, 0])
+    from nanospec.decoding.tree import ancestor_mask
+    anc = ancestor_mask(parents)
+    tree = DraftTree(torch.tensor([5, 6]), parents, anc.sum(1) - 1, torch.zeros(2), torch.ones(2, dtype=torch.bool),
+                     sources=torch.tensor([ROOT, COPY]), ancestors=anc)
+    b = DraftBudget(steep_curve(), 4, torch.device("cpu"))
+    for match, accepted in ((1, False), (2, True)):
+        tree.copy_match = torch.tensor(match)
+        for _ in range(10):
+            b.learn(tree, torch.ones(2, dtype=torch.bool), torch.tensor([True, accepted]))
+    probs = {}
+    for match in (0, 1, 2, 7):
+        tree.copy_match = torch.tensor(match)
+        probs[match] = float(b.node_probs(tree)[1])
+    assert probs[0] == probs[1] == pytest.approx(1 / 12) and probs[2] == pytest.approx(11 / 12)
+    assert probs[7] == pytest.approx(0.5), "no copy after a long match was tried yet: the prior"
 
 
 def test_keep_nodes_reindexes_parents():
@@ -279,14 +360,14 @@ def test_statistics_carry_over_to_the_next_request_scaled_down():
     first = DraftBudget(steep_curve(), 4, cpu)
     first.head_pred += torch.tensor([0.0, 100, 40, 10, 0])
     first.head_acc += torch.tensor([0.0, 50, 10, 5, 0])
-    first.copy_tried += torch.tensor([0.0, 8, 30, 0, 0])
-    first.copy_acc += torch.tensor([0.0, 4, 15, 0, 0])
+    first.copy_tried[:5] += torch.tensor([0.0, 8, 30, 0, 0])
+    first.copy_acc[:5] += torch.tensor([0.0, 4, 15, 0, 0])
     nxt = DraftBudget(steep_curve(), 4, cpu, earlier=first)
     c = DraftBudget.CARRY
     assert nxt.head_pred.tolist() == pytest.approx([0, c, c, 10, 0])
     assert nxt.head_acc.tolist() == pytest.approx([0, c / 2, c / 4, 5, 0]), "the acceptance ratio is kept"
-    assert nxt.copy_tried.tolist() == pytest.approx([0, 8, c, 0, 0])
-    assert nxt.copy_acc.tolist() == pytest.approx([0, 4, c / 2, 0, 0])
+    assert nxt.copy_tried.tolist()[:5] == pytest.approx([0, 8, c, 0, 0])
+    assert nxt.copy_acc.tolist()[:5] == pytest.approx([0, 4, c / 2, 0, 0])
     assert nxt.tokens == 0 and nxt.ms == 0.0, "throughput is the request's own"
     other = DraftBudget(steep_curve(), 6, cpu, earlier=first)   # another tree: nothing carried
     assert other.head_pred.sum() == 0 and other.copy_tried.sum() == 0

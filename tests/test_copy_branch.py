@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nanospec.decoding.copy_branch import (BOTH, COPY, HEAD, PAD, ROOT, CopyBranch, CopyChain, drop_pad_nodes, drop_padding,
+from nanospec.decoding.copy_branch import (BOTH, COPY, HEAD, MATCH_CAP, PAD, ROOT, CopyBranch, CopyChain, drop_pad_nodes, drop_padding,
                                   lookup_continuation, merge_copy_chain)
 from nanospec.decoding.tree import DraftTree, depths_from_parents
 
@@ -21,6 +21,20 @@ def brute_force_lookup(seq: list[int], n_tokens: int, max_ngram: int) -> list[in
             if seq[i:i + g] == tail and i + g < n:
                 return seq[i + g: min(i + g + n_tokens, n)]
     return []
+
+
+def brute_force_match(seq: list[int], max_ngram: int) -> int:
+    """How many tokens, read backwards from the end of the n-gram prompt lookup copies after, equal the
+    sequence's last ones (0 without a match), with the same loops as `brute_force_lookup`."""
+    n = len(seq)
+    for g in range(min(max_ngram, n - 1), 0, -1):
+        for i in range(n - g + 1):
+            if seq[i:i + g] == seq[n - g:] and i + g < n:
+                end, m = i + g - 1, 0
+                while m < MATCH_CAP and end - m >= 0 and end - m < n - 1 - m and seq[end - m] == seq[n - 1 - m]:
+                    m += 1
+                return m
+    return 0
 
 
 @pytest.mark.parametrize("vocab", [2, 3, 5, 50])
@@ -59,6 +73,19 @@ def test_lookup_prefers_longest_ngram_then_earliest_match():
     assert lookup_continuation(seq, 3, 1).tokens.tolist() == [9, 8, 2]  # earliest "2" is at 2
     chain = lookup_continuation(torch.tensor([4, 5, 6]), 3, 2)           # no earlier 6
     assert int(chain.length) == 0
+
+
+def test_match_length_counts_the_tokens_before_the_copy_that_equal_the_context_end():
+    #                    0  1  2  3  4  5  6  7  8  9
+    seq = torch.tensor([3, 7, 1, 2, 9, 5, 7, 1, 2, 4])
+    assert int(lookup_continuation(seq, 3, 2).match) == 0                  # no earlier 4
+    seq = torch.tensor([3, 7, 1, 2, 9, 5, 7, 1, 2])
+    chain = lookup_continuation(seq, 3, 2)                                  # (1, 2) at 2-3, and 7 before both
+    assert chain.tokens.tolist() == [9, 5, 7] and int(chain.match) == 3
+    g = torch.Generator().manual_seed(5)
+    for _ in range(300):                       # against a brute force, on random sequences with repeats
+        s = torch.randint(0, 3, (int(torch.randint(2, 30, (1,), generator=g)),), generator=g).tolist()
+        assert int(lookup_continuation(torch.tensor(s), 4, 2).match) == brute_force_match(s, 2), s
 
 
 def test_copy_branch_context_grows_and_keeps_tokens():

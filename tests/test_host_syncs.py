@@ -175,8 +175,8 @@ def test_cpu_timer_adds_no_sync(engines, prompt):
 
 def test_prefill_reads_twice_and_copies_only_the_prompt(engines, prompt):
     """Prefill (once per request, not a step) reads the first token and the Ctx count; the host data
-    it sends are the prompt and first token (engine, drafter, copy chain) and the empty tensors
-    transformers' cache starts each layer with."""
+    it sends are the prompt and first token (engine, drafter, copy chain), the draft budget's prices
+    (the cost curve, one small copy) and the empty tensors transformers' cache starts each layer with."""
     guard = SyncGuard()
     with guard.watching():
         engines["eagle2"].generate(prompt, method="nanospec", max_new_tokens=1, copy_branch=6, fixed_shape=True,
@@ -184,7 +184,9 @@ def test_prefill_reads_twice_and_copies_only_the_prompt(engines, prompt):
     assert [r.kind for r in guard.records if r.kind != "sync"] == ["read", "read"]
     places = {r.where.split(" <- ")[0].split(" ")[-1] for r in guard.syncs}
     assert all("host data" in r.what for r in guard.syncs), _describe(guard.syncs)
-    assert places <= {"_prefill", "begin", "lazy_initialization"}, _describe(guard.syncs)
+    assert places <= {"_prefill", "begin", "lazy_initialization", "__init__"}, _describe(guard.syncs)
+    inits = [r for r in guard.syncs if r.where.split(" <- ")[0].endswith(" __init__")]
+    assert len(inits) == 1 and "budget.py" in inits[0].where.split(" <- ")[0], _describe(inits)
 
 
 def test_the_cpu_shape_drops_pad_nodes_with_a_data_dependent_shape(engines, prompt):

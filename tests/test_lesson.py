@@ -336,7 +336,8 @@ BUDGET_CHAPTER = next(c.number for c in lc.CHAPTERS if c.run == "budget")
 
 
 def _budget_checks(run) -> None:
-    """Every decode step's node log agrees with its event and with the budget's rule p > λ·Δc."""
+    """Every decode step's node log agrees with its event and with the budget's rule: the likeliest k nodes,
+    k where their summed p most exceeds their summed prices (each rank's λ·(c(1 + k) - c(k)))."""
     steps = run.meta["budget"]["steps"]
     assert len(steps) == len(run.events) and steps[0] is None
     for entry, e in zip(steps, run.events):
@@ -347,12 +348,17 @@ def _budget_checks(run) -> None:
         assert e.drafted_nodes == len(entry["tokens"]) and entry["threshold"] == pytest.approx(e.budget_threshold,
                                                                                                 abs=1e-5)
         order = sorted(range(1, len(entry["p"])), key=lambda i: -entry["p"][i])
+        real = [i for i in order if entry["sources"][i] != "pad"]
+        n_kept = sum(entry["kept"][1:])
+        assert all(entry["kept"][i] for i in real[:n_kept]), (e.step, "the kept nodes are the likeliest")
+        prices = entry["prices"]
+        assert len(prices) == len(order) and all(x >= 0 for x in prices)
+        if entry["explore"]:
+            assert prices[0] == 0.0, "after plain steps the likeliest node goes through anyway"
+        gains = [0.0]
         for rank, i in enumerate(order):
-            free = entry["explore"] and rank == 0   # after plain steps the likeliest node goes through anyway
-            if entry["kept"][i] and not free:
-                assert entry["p"][i] >= entry["threshold"] - 1e-4, (e.step, i)
-            elif not entry["kept"][i]:
-                assert entry["p"][i] <= entry["threshold"] + 1e-4, (e.step, i)
+            gains.append(gains[-1] + entry["p"][i] - prices[rank])
+        assert gains[n_kept] >= max(gains) - 1e-3, (e.step, n_kept, gains)
         for i, parent in enumerate(entry["parents"]):   # kept nodes form a tree: a child's p <= its parent's
             if parent >= 0:
                 assert entry["p"][i] <= entry["p"][parent] + 1e-5 and (not entry["kept"][i] or entry["kept"][parent])
@@ -410,8 +416,9 @@ def test_budget_chapter_explains_a_step_with_kept_and_dropped_nodes(shipped):
         assert bs.per_token_ms == CostCurve.from_dict(curve).per_token_ms > 0
         # the narration quotes this step's recorded numbers, not typed-in ones
         text = lc.chapter_text(shipped, BUDGET_CHAPTER, pid, step)
-        for number in (f"Δc = **{bs.per_token_ms:.1f} ms**", f"λ·Δc = **{bs.threshold:.2g}**",
-                       f"λ = **{bs.rate * 1e3:.1f} tokens/s**", f"**{len(bs.kept)}** of **{len(bs.nodes)}** drafted",
+        for number in (f"λ = **{bs.rate * 1e3:.1f} tokens/s**", f"**{len(bs.kept)}** likeliest of **{len(bs.nodes)}** "
+                       f"drafted", f"**{bs.kept_price / bs.rate:.1f} ms** longer", f"**{bs.kept_price:.2g} tokens**",
+                       f"summed chance **{bs.kept_chance:.2f}**",
                        f"{len(bs.dropped)} are dropped", f"expected **{bs.expected:.2f} tokens**",
                        f"written **{len(e.tokens)}**",
                        f"τ {run.summary.tau:.2f}", f"{run.summary.tokens_per_s:.1f} tokens/s",
@@ -423,7 +430,8 @@ def test_budget_chapter_explains_a_step_with_kept_and_dropped_nodes(shipped):
         assert sorted(bars["accepted"] + bars["verified"]) == sorted(n.p for n in bs.kept)
         assert sorted(bars["dropped"]) == sorted(n.p for n in bs.dropped)
         assert len(bars["accepted"]) == len(e.accepted_tokens)
-        assert any(s.x0 == bs.threshold for s in fig.layout.shapes)
+        ticks = next(t for t in fig.data if t.name.startswith("price"))
+        assert list(ticks.x) == bs.prices and len(bs.prices) == len(bs.nodes)
         assert f"verified {len(bs.kept)} of {len(bs.nodes)} drafted nodes" in fig.layout.title.text
         curve_trace = next(t for t in fig.data if t.name == "measured")
         assert list(curve_trace.x) == curve["sizes"] and list(curve_trace.y) == curve["ms"]

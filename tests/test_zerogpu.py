@@ -353,6 +353,8 @@ DECODING_PATH = {
         "GPU benchmark CLI (`nanospec gpu-bench`) on a dedicated GPU; never run by the app",
     ("nanospec/bench/gpu_bench.py", "count_per_step"):
         "GPU benchmark CLI: counts CUDA event waits per step by patching torch.cuda.Event; never run by the app",
+    ("nanospec/serving/vllm_plugin.py", "_sync"):
+        "vLLM plugin's benchmark timers, inside vLLM's worker processes (`bench_vllm_vocab`); never run by the app",
 }
 # Start-up code that makes a device query which ZeroGPU's `spaces` answers in the main process without
 # touching the GPU (spaces/zero/torch/patching.py: current_device -> 0, get_device_properties/name/
@@ -371,7 +373,7 @@ STUBBED_IN_MAIN_PROCESS = {  # what spaces' patching answers in ZeroGPU's main p
     "is_bf16_supported",  # torch's own is_bf16_supported: is_available(), current_device(), get_device_properties()
 }
 ALLOWED_MODULES = ("nanospec/decoding/engine.py", "nanospec/timing.py", "nanospec/vocab.py", "nanospec/bench/",
-                   "nanospec/lesson/record.py", "nanospec/decoding/budget.py")
+                   "nanospec/lesson/record.py", "nanospec/decoding/budget.py", "nanospec/serving/vllm_plugin.py")
 
 
 class _DeviceCalls(ast.NodeVisitor):

@@ -157,10 +157,11 @@ CHAPTERS = (
             q.system_question),
     Chapter(9, "The draft budget", BUDGETED,
             "A fixed tree verifies every drafted node, even one the target will almost surely reject, and on a "
-            "CPU each verified token costs time. The **draft budget** prices each node: p, its chance of being "
+            "CPU each verified token costs time. The **draft budget** weighs each node's p, its chance of being "
             "accepted (the drafter's confidence, corrected by how often this request accepted drafts at that "
-            "depth), against **λ·Δc**, the tokens its verification time would earn at the current speed. "
-            "Only nodes with p > λ·Δc are verified.",
+            "depth), against its **price**: the tokens its share of the verification time would earn at the "
+            "request's speed λ, read off the target's **measured** cost curve. It verifies the likeliest nodes, "
+            "as many as make their summed p exceed their summed price by the most.",
             {"method": "nanospec", **_TREE, "budget": True},
             figures.budget_figure, narration.budget_now, views.origin_view, budget_start, q.budget_question),
     Chapter(10, "Try it", "nanospec",

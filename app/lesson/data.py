@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -234,7 +233,7 @@ class BudgetNode:
     depth: int
     source: str        # head | copy | both
     p: float           # calibrated chance of being accepted (its whole root path)
-    kept: bool         # verified: p > λ·Δc
+    kept: bool         # verified: among the likeliest nodes whose summed p most exceeds their price
     accepted: bool     # on the path the target accepted
 
 
@@ -244,10 +243,13 @@ class BudgetStep:
 
     step: int
     nodes: list[BudgetNode]
-    threshold: float       # λ·Δc: the chance a node needs to pay for its verification
-    per_token_ms: float    # Δc: ms per extra verified token, the cost curve's slope
+    threshold: float       # λ·Δc: a node's mean price (Δc the cost curve's mean slope)
+    per_token_ms: float    # Δc: ms per extra verified token, the cost curve's mean slope
     expected: float        # expected tokens of the verified tree, the bonus token included
     explore: bool          # verified the likeliest node anyway (after plain steps in a row)
+    rate: float            # λ, tokens per ms: the request's throughput so far, as the budget priced this step
+    prices: list[float]    # per node (as `nodes`, likeliest first): λ·(c(1 + k) - c(k)), the tokens its
+                           # share of the forward's time would earn (the first waived when `explore`)
 
     @property
     def kept(self) -> list[BudgetNode]:
@@ -258,13 +260,18 @@ class BudgetStep:
         return [n for n in self.nodes if not n.kept]
 
     @property
-    def rate(self) -> float:
-        """λ, tokens per ms: the request's throughput so far, as the budget priced this step."""
-        return self.threshold / self.per_token_ms if self.per_token_ms > 0 else math.nan
+    def kept_price(self) -> float:
+        """The tokens the verified nodes' extra forward time would earn at λ (their prices summed)."""
+        return sum(self.prices[:len(self.kept)])
+
+    @property
+    def kept_chance(self) -> float:
+        """The verified nodes' chances summed: the drafted tokens they are expected to bring."""
+        return sum(n.p for n in self.kept)
 
 
 def price(threshold: float) -> str:
-    """λ·Δc as the lesson writes it: two significant digits (an idle machine's 0.17, a busy one's 0.0024)."""
+    """A price in tokens as the lesson writes it: two significant digits (0.17, or a busy machine's 0.0024)."""
     return f"{threshold:.2g}"
 
 
@@ -289,7 +296,9 @@ def budget_step(run: LessonRun, step: int) -> BudgetStep | None:
                         i in on_path) for i in range(1, len(entry["tokens"]))]   # node 0 is the root
     nodes.sort(key=lambda n: -n.p)   # stable: the budget's own order
     expected = e.expected_tokens if e.expected_tokens is not None else 1 + sum(n.p for n in nodes if n.kept)
-    return BudgetStep(e.step, nodes, entry["threshold"], curve.per_token_ms, expected, entry["explore"])
+    rate = entry.get("rate", entry["threshold"] / curve.per_token_ms if curve.per_token_ms > 0 else 0.0)
+    prices = entry.get("prices") or [entry["threshold"]] * len(nodes)   # recorded before per-size prices: the mean
+    return BudgetStep(e.step, nodes, entry["threshold"], curve.per_token_ms, expected, entry["explore"], rate, prices)
 
 
 def budget_start(run: LessonRun) -> int:

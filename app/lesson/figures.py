@@ -16,7 +16,7 @@ from app.charts import (ACCEPTED, BONUS, ORIGIN_COLORS, PHASE_COLORS, compare_fi
                       tree_figure, vocab_figure)
 from app.race import LANE_COLORS as RACE_COLORS
 from app.lesson.data import COMMAND, SEEN, SYSTEM_PHASES, Lesson, LessonRun, budget_curve, budget_step, lm_head_share, \
-    phase_means, price, run_locality, summary_table
+    phase_means, run_locality, summary_table
 
 CURRENT = "#111111"
 SHORT = {3072: "NanoSpec", 32000: "Llama-2", 49152: "SmolLM2", 128256: "Llama-3", 151936: "Qwen", 256000: "Gemma"}
@@ -298,14 +298,14 @@ KEPT, DROPPED, NEEDED = "#3b6fd8", "#c8c8c8", "#d64545"
 
 
 def budget_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
-    """Ch. 9: every node the drafter drafted at this step, likeliest first, its calibrated chance p against
-    the price λ·Δc a node must beat (verified: blue, accepted: green, dropped: grey) | the target's cost
-    curve with what this step verified and what verifying every drafted node would have cost."""
+    """Ch. 9: every node the drafter drafted at this step, likeliest first, its calibrated chance p beside
+    its price (the tokens its share of the forward's time would earn: a red tick; verified: blue, accepted:
+    green, dropped: grey) | the target's measured cost curve with what this step verified and what
+    verifying every drafted node would have cost."""
     bs, curve = budget_step(run, step), budget_curve(run)
     fig = make_subplots(rows=1, cols=2, column_widths=[0.56, 0.44], horizontal_spacing=0.16,
-                        subplot_titles=("Chance each drafted node is accepted",
-                                        f"Target forward: {curve.per_token_ms:.1f} ms per extra token" if curve
-                                        else "Target forward cost"))
+                        subplot_titles=("Chance each drafted node is accepted, and its price",
+                                        "Target forward time (measured)"))
     if curve is None:
         fig.add_annotation(text=f"no budgeted run recorded: run `{COMMAND}`", xref="paper", yref="paper", x=0.5,
                            y=0.5, showarrow=False)
@@ -322,9 +322,10 @@ def budget_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -
                                  marker_color=color, text=[f"{n.p:.2f}" for _, n in rows], textposition="outside",
                                  cliponaxis=False, legendgroup=word,
                                  hovertemplate="%{y}: p = %{x:.3f}<extra>" + word + "</extra>"), row=1, col=1)
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=NEEDED, dash="dash", width=2.5),
-                                 name=f"needed: λ·Δc = {price(bs.threshold)}"), row=1, col=1)   # the line's legend
-        fig.add_vline(x=bs.threshold, line=dict(color=NEEDED, dash="dash", width=2.5), row=1, col=1)
+        fig.add_trace(go.Scatter(x=bs.prices, y=labels, mode="markers", name="price (tokens its time would earn)",
+                                 marker=dict(symbol="line-ns", size=18, line=dict(width=3, color=NEEDED), color=NEEDED),
+                                 hovertemplate="%{y}: price %{x:.3f} tokens<extra>λ × its extra ms</extra>"),
+                      row=1, col=1)
         fig.update_yaxes(categoryorder="array", categoryarray=labels, autorange="reversed", row=1, col=1)
         fig.update_xaxes(range=[0, 1.22], dtick=0.25, title_text="p (calibrated)", row=1, col=1)
     sizes, ms = curve.sizes, curve.ms
@@ -346,10 +347,8 @@ def budget_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -
                                      marker=dict(size=16, symbol=symbol, color=KEPT, line=dict(width=3, color=KEPT)),
                                      hovertemplate=f"{word}: %{{x}} tokens, %{{y:.1f}} ms<extra></extra>"),
                           row=1, col=2)
-    # log axis, room on the right for a label below-right of this step's point
-    ticks = [x for x, nxt in zip(sizes, sizes[1:]) if nxt >= 1.5 * x] + sizes[-1:]   # no two ticks crowded
-    fig.update_xaxes(title_text="tokens verified", type="log", tickvals=ticks, tickangle=0,
-                     range=[math.log10(sizes[0] * 0.8), math.log10(sizes[-1] * 2.5)], row=1, col=2)
+    # room on the right for a label below-right of this step's point
+    fig.update_xaxes(title_text="tokens verified", tickangle=0, range=[0, sizes[-1] * 1.35], row=1, col=2)
     fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=2)
     title = (f"Step {bs.step}: verified {len(bs.kept)} of {len(bs.nodes)} drafted nodes, expected "
              f"{bs.expected:.2f} tokens" if bs is not None else "The draft budget: prefill has no draft")

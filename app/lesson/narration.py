@@ -175,13 +175,15 @@ def budget_now(lesson: Lesson, run: LessonRun, step: int) -> str:
         text = "**Step 0 (prefill):** nothing drafted yet; drag the step slider or press Step ▶."
     else:
         kept, dropped = bs.kept, bs.dropped
-        lowest = f" (lowest {min(n.p for n in kept):.2f})" if kept else ""
-        highest = f" (highest {max(n.p for n in dropped):.2f})" if dropped else ""
-        text = (f"**Step {bs.step}:** one more verified token costs Δc = **{bs.per_token_ms:.1f} ms** and this "
-                f"request writes λ = **{bs.rate * 1e3:.1f} tokens/s**: a node pays if p > λ·Δc = "
-                f"**{price(bs.threshold)}**. **{len(kept)}** of **{len(bs.nodes)}** drafted nodes pass{lowest}, "
-                f"{len(dropped)} are dropped{highest}: expected **{bs.expected:.2f} tokens**, written "
-                f"**{len(e.tokens)}**.")
+        lowest = f" (lowest p {min(n.p for n in kept):.2f})" if kept else ""
+        highest = f" (highest p {max(n.p for n in dropped):.2f})" if dropped else ""
+        extra = bs.kept_price / bs.rate if bs.rate > 0 else 0.0
+        text = (f"**Step {bs.step}:** this request writes λ = **{bs.rate * 1e3:.1f} tokens/s**. Verifying the "
+                f"**{len(kept)}** likeliest of **{len(bs.nodes)}** drafted nodes{lowest} makes the target's forward "
+                f"**{extra:.1f} ms** longer than a plain step (the measured curve, right), time that would earn "
+                f"**{price(bs.kept_price)} tokens**, against their summed chance **{bs.kept_chance:.2f}**: no other "
+                f"number of nodes gains more. {len(dropped)} are dropped{highest}: expected "
+                f"**{bs.expected:.2f} tokens**, written **{len(e.tokens)}**.")
         if bs.explore:
             text += " *After several plain steps in a row the likeliest node is verified anyway, to keep learning.*"
     steps = [x for x in decode_events(run) if x.drafted_nodes > 0]

@@ -165,12 +165,13 @@ def budget_question(lesson: Lesson, run: LessonRun) -> Question:
                         "It does not: re-record the lesson.", step)
     best = bs.nodes[0].p if bs.nodes else 0.0
     above = ", ".join(f"{n.p:.2f}" for n in bs.kept)
+    every = sum(bs.prices)
     return Question(f"At step {bs.step} the drafter drafted {len(bs.nodes)} nodes; the likeliest is accepted with "
-                    f"chance p = {best:.2f}. Verifying one more token costs {bs.per_token_ms:.1f} ms and this request "
-                    f"writes {bs.rate * 1e3:.1f} tokens/s, so a node pays only if p > {price(bs.threshold)}. How many "
-                    "drafted nodes will the budget verify?",
+                    f"chance p = {best:.2f}. This request writes {bs.rate * 1e3:.1f} tokens/s, and verifying all "
+                    f"{len(bs.nodes)} would cost time worth {price(every)} tokens at that speed. How many drafted "
+                    "nodes will the budget verify?",
                     budget_options(len(bs.nodes)), budget_bin(len(bs.kept), len(bs.nodes)),
-                    f"{len(bs.kept)} of {len(bs.nodes)} nodes had p above {price(bs.threshold)}"
-                    f"{f' ({above})' if above else ''}; the others would have cost more time than the tokens they "
-                    "were likely to bring.", bs.step)
+                    f"{len(bs.kept)} of {len(bs.nodes)}{f' (p {above})' if above else ''}: their summed chance "
+                    f"{bs.kept_chance:.2f} exceeds the {price(bs.kept_price)} tokens their time would earn by the most; "
+                    "more nodes would have cost more time than the tokens they were likely to bring.", bs.step)
 

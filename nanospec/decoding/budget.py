@@ -6,21 +6,29 @@ step, the nodes worth verifying on this device:
 
     p_i   the chance that node i is accepted (its whole root path is): the product of calibrated
           conditional acceptance along the path (below);
-    Δc    the marginal cost of verifying one more token, from the target's measured cost curve
-          (`CostCurve`, calibrated once per pair and device and cached);
+    c(n)  the target's forward time over n verified tokens, from its measured cost curve
+          (`CostCurve`, every size from 1 to the largest tree, calibrated once per pair and device
+          and cached);
     λ     this request's throughput so far, tokens per ms.
 
-Maximising long-run tokens per ms means keeping node i exactly when p_i > λ·Δc (Dinkelbach's
-rule for a ratio objective: a node pays when its expected tokens exceed what its time would
-earn at the current rate). Nodes sorted by p form an ancestor-closed prefix (a child's p never
-exceeds its parent's), so the kept set is the prefix that maximises Σ(p_i − λ·Δc). It may be
-the root alone: a plain step; after `EXPLORE_AFTER` plain steps in a row the likeliest node is
-verified anyway, since the statistics learn only from verified nodes.
+Maximising long-run tokens per ms means verifying the node set S that maximises
+Σ_{i∈S} p_i − λ·(c(1 + |S|) − c(1)) (Dinkelbach's rule for a ratio objective: a set pays when its
+expected tokens exceed what its extra time would earn at the current rate). For a set of k nodes
+the best is the k likeliest, and nodes sorted by p form an ancestor-closed prefix (a child's p
+never exceeds its parent's), so the budget takes the prefix length k with the largest net gain.
+The curve is measured at every size, not assumed to be a line: where a few more tokens cost less
+(or more) than the average, the budget prices them as measured (the closest non-decreasing fit to
+the medians, since neighbouring sizes differ by noise). Node k's price is λ·(c(1 + k) − c(k)), the
+tokens its share of the time would earn; the kept prefix is where the summed p most exceeds the
+summed prices. The kept set may be the root alone: a plain step; after `EXPLORE_AFTER` plain steps in
+a row the likeliest node is verified anyway, since the statistics learn only from verified nodes.
 
 Calibrated acceptance, per request, by tree depth d (device tensors, no host reads):
   head nodes   q = min(1, r_d · exp(score_i − score_parent)), r_d = (accepted_d + 2) / (predicted_d + 2):
                the head's softmax corrected by how often its drafts at that depth were accepted;
-  copy nodes   q = (accepted_d + 1) / (tried_d + 2): how often a copied token at that depth was;
+  copy nodes   q = (accepted_{m,d} + 1) / (tried_{m,d} + 2): how often a copied token at that depth was,
+               counted apart by how long the copy's match was (m: 1, 2, 3-4 or 5+ context tokens,
+               `copy_branch.match_length`; a copy after a long match goes on as the context did more often);
   both         the larger of the two.
 A node is "tried" when its parent was accepted; only tried nodes teach the statistics.
 
@@ -47,7 +55,8 @@ from nanospec.timing import MIN_CPU_SHARE, metered
 
 log = logging.getLogger("nanospec.decoding.budget")
 
-CURVE_VERSION = 1
+MATCH_ROWS = 4  # rows of the copy statistics, by the copy chain's match length: <= 1, 2, 3-4, 5+ tokens
+CURVE_VERSION = 2  # 2: every size from 1 to the largest tree (1: powers of two)
 CONTEXT = 256          # cached positions before the verified tokens when the curve is measured
 REPEATS = 5
 BUSY_CHECK_S = 0.2     # a measurement shorter than this is too short to judge the machine's load by
@@ -73,7 +82,25 @@ class CostCurve:
 
     @property
     def one_token_ms(self) -> float:
-        return self.ms[self.sizes.index(1)] if 1 in self.sizes else self.ms[0]
+        return self.ms_at(1)
+
+    def ms_at(self, n: int) -> float:
+        """The forward's ms over n tokens: the measured median at a measured size, linear between two
+        measured sizes, and past the largest one the slope `per_token_ms` on from there."""
+        pts = sorted(zip(self.sizes, self.ms))
+        if n <= pts[0][0]:
+            return pts[0][1]
+        for (s0, m0), (s1, m1) in zip(pts, pts[1:]):
+            if n <= s1:
+                return m0 + (m1 - m0) * (n - s0) / (s1 - s0)
+        return pts[-1][1] + self.per_token_ms * (n - pts[-1][0])
+
+    def extra_ms(self, t: int) -> list[float]:
+        """[t]: how much longer than a plain step (one token) a verification of 1 + k tokens takes, k = 0..t-1,
+        from the closest curve that never falls (isotonic least squares over every measured size):
+        neighbouring medians differ by noise, and more tokens never take less time."""
+        times = monotone([self.ms_at(n) for n in range(1, max(t, max(self.sizes)) + 1)])
+        return [m - times[0] for m in times[:t]]
 
     def describe(self) -> str:
         points = ", ".join(f"{s}: {m:.1f}" for s, m in zip(self.sizes, self.ms))
@@ -93,6 +120,18 @@ class CostCurve:
         return cls([int(s) for s in sizes], [float(m) for m in ms], key)
 
 
+def monotone(values: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to `values` in least squares (pool adjacent violators)."""
+    pools: list[list[float]] = []   # [sum, count] per pool
+    for v in values:
+        pools.append([v, 1])
+        while len(pools) > 1 and pools[-2][0] / pools[-2][1] > pools[-1][0] / pools[-1][1]:
+            s, c = pools.pop()
+            pools[-1][0] += s
+            pools[-1][1] += c
+    return [s / c for s, c in pools for _ in range(int(c))]
+
+
 def curve_key(model, device: torch.device, packed: bool) -> dict:
     """What a cost curve was measured for: another pair, dtype, device, thread count or torch makes it stale."""
     cfg = model.config
@@ -106,13 +145,9 @@ def curve_key(model, device: torch.device, packed: bool) -> dict:
 
 
 def curve_sizes(max_nodes: int) -> list[int]:
-    """Sizes measured: 1, 2, 4, ... up to the largest tree (at least 16, so the slope has a range)."""
-    top = max(16, max_nodes)
-    sizes, n = [1], 2
-    while n < top:
-        sizes.append(n)
-        n *= 2
-    return sizes + [top]
+    """Sizes measured: every size from 1 to the largest tree (at least 16, so the slope has a range).
+    Every size, because the curve is not a line on every device (see the module docstring)."""
+    return list(range(1, max(16, max_nodes) + 1))
 
 
 @torch.inference_mode()
@@ -200,16 +235,21 @@ class DraftBudget:
     CARRY = 20.0  # at most this many tried nodes per depth carried over from the pair's earlier requests
     EXPLORE_AFTER = 4  # plain steps in a row after which the likeliest node is verified anyway
 
-    def __init__(self, curve: CostCurve, max_depth: int, device: torch.device, earlier: "DraftBudget | None" = None):
+    def __init__(self, curve: CostCurve, max_depth: int, device: torch.device, earlier: "DraftBudget | None" = None,
+                 max_nodes: int = 0):
         """`earlier`: the same engine's last budget for this method, if any: its statistics start
         this request's, scaled down to `CARRY` observations per depth so that this request's own
         acceptance soon outweighs them (how good the head and the copy chain are is the pair's,
-        how well they suit this prompt is the request's)."""
+        how well they suit this prompt is the request's). `max_nodes`: the largest tree it will see
+        (its prices are copied to the device here, before any step)."""
         self.curve = curve
         self.per_token_ms = curve.per_token_ms
         d = max_depth + 1
-        z = lambda: torch.zeros(d, device=device)  # noqa: E731
-        self.head_pred, self.head_acc, self.copy_tried, self.copy_acc = z(), z(), z(), z()
+        rows = MATCH_ROWS
+        self.head_pred, self.head_acc = torch.zeros(d, device=device), torch.zeros(d, device=device)
+        # by the copy's match length (rows) and depth, flattened: row * d + depth
+        self.copy_tried, self.copy_acc = torch.zeros(rows * d, device=device), torch.zeros(rows * d, device=device)
+        self._depths = d
         if earlier is not None and earlier.head_pred.shape == self.head_pred.shape:
             head = (self.CARRY / earlier.head_pred.clamp(min=self.CARRY)).clamp(max=1.0)
             copy = (self.CARRY / earlier.copy_tried.clamp(min=self.CARRY)).clamp(max=1.0)
@@ -219,6 +259,8 @@ class DraftBudget:
         self.ms = 0.0
         self.plain_steps = 0
         self.max_depth = max_depth
+        self.device = device
+        self._extra = torch.tensor(curve.extra_ms(max(max_nodes, max(curve.sizes))), device=device)
 
     # -- host: the request's throughput -------------------------------------------------
     @property
@@ -229,7 +271,8 @@ class DraftBudget:
 
     @property
     def threshold(self) -> float:
-        """The acceptance chance a node needs to pay for its verification (λ·Δc)."""
+        """λ·Δc with Δc the curve's mean slope: the acceptance chance a node needs to pay for an average
+        token's verification (what the drafter's early stop uses; `select` prices each size exactly)."""
         return self.rate * self.per_token_ms
 
     def observe(self, n_tokens: int, wall_ms: float, n_verified: int) -> None:
@@ -249,11 +292,19 @@ class DraftBudget:
         par = tree.parents.clamp(min=0)
         return torch.exp((tree.scores - tree.scores[par]).clamp(max=0.0))
 
+    def _copy_index(self, tree: DraftTree, d: torch.Tensor) -> torch.Tensor:
+        """[T] each node's entry in the copy statistics: its depth in the row of the chain's match length."""
+        if tree.copy_match is None:
+            return d
+        m = tree.copy_match
+        row = (m >= 2).long() + (m >= 3).long() + (m >= 5).long()           # <= 1, 2, 3-4, 5+ tokens
+        return row * self._depths + d
+
     def node_probs(self, tree: DraftTree) -> torch.Tensor:
         """[T] chance that each node is accepted (1 for the root, 0 for PAD nodes)."""
         d = tree.depths.clamp(max=self.max_depth)
         head_q = (self._ratio()[d] * self._raw_q(tree)).clamp(max=1.0)
-        copy_q = self._copy_rate()[d]
+        copy_q = self._copy_rate()[self._copy_index(tree, d)]
         src = tree.sources if tree.sources is not None else torch.where(tree.depths > 0, HEAD, 0)
         q = torch.where(src == COPY, copy_q, torch.where(src == BOTH, torch.maximum(head_q, copy_q), head_q))
         q = torch.where(src == PAD, torch.zeros_like(q), q)
@@ -273,19 +324,27 @@ class DraftBudget:
         level only while some frontier node could still pay."""
         return bool(self.frontier_worth_drafting(front_scores, level))
 
+    def extra_cost(self, t: int) -> torch.Tensor:
+        """[t] ms on top of a plain step for verifying k drafted nodes, k = 0..t-1 (the curve's
+        c(1 + k) - c(1), on the device, made once per request)."""
+        if t > self._extra.shape[0]:  # a larger tree than announced: one more copy to the device
+            self._extra = torch.tensor(self.curve.extra_ms(t), device=self.device)
+        return self._extra[:t]
+
     def select(self, tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
-        """([T] bool kept nodes, [] expected tokens of the kept tree incl. the bonus)."""
+        """([T] bool kept nodes, [] expected tokens of the kept tree incl. the bonus): the k likeliest
+        drafted nodes, k maximising their summed p minus λ times their extra verification time."""
         p = self.node_probs(tree)
         t = p.shape[0]
         order = torch.sort(p, descending=True, stable=True).indices  # the root first (p = 1, index 0)
         ps = p[order]
-        cost = torch.full_like(ps[1:], self.threshold)
+        cost = self.rate * self.extra_cost(t)                           # [t], λ·(c(1 + k) - c(1))
         if self.plain_steps >= self.EXPLORE_AFTER:
-            # after a run of plain steps, verify the likeliest node anyway: the statistics learn only
-            # from verified nodes, and the head may have become right again
-            cost = torch.where(torch.arange(t - 1, device=p.device) == 0, torch.zeros_like(cost), cost)
-        gain = torch.cumsum(ps[1:] - cost, 0)
-        best = torch.argmax(torch.cat([torch.zeros(1, device=p.device, dtype=gain.dtype), gain]))
+            # after a run of plain steps, verify the likeliest node anyway (its cost waived): the
+            # statistics learn only from verified nodes, and the head may have become right again
+            cost = torch.where(torch.arange(t, device=p.device) > 0, cost - cost[1:2].sum(), cost)
+        gain = torch.cat([torch.zeros(1, device=p.device, dtype=ps.dtype), torch.cumsum(ps[1:], 0)]) - cost
+        best = torch.argmax(gain)   # the first of equal gains: the fewest nodes
         rank_kept = torch.arange(t, device=p.device) <= best
         keep = torch.zeros(t, dtype=torch.bool, device=p.device).scatter(0, order, rank_kept)
         keep = keep & (tree.sources != PAD if tree.sources is not None else True)
@@ -303,5 +362,6 @@ class DraftBudget:
         acc = on_path.to(self.head_acc.dtype)
         self.head_pred.index_add_(0, d, self._raw_q(tree) * head)
         self.head_acc.index_add_(0, d, acc * head)
-        self.copy_tried.index_add_(0, d, copy.to(acc.dtype))
-        self.copy_acc.index_add_(0, d, acc * copy)
+        c = self._copy_index(tree, d)
+        self.copy_tried.index_add_(0, c, copy.to(acc.dtype))
+        self.copy_acc.index_add_(0, c, acc * copy)

@@ -37,10 +37,14 @@ SOURCE_NAMES = ("root", "head", "copy", "both", "pad")
 DEFAULT_MAX_NGRAM = 2  # transformers' default max_matching_ngram_size
 
 
+MATCH_CAP = 8  # context tokens compared when measuring how long a copy's match is
+
+
 @dataclass
 class CopyChain:
     tokens: torch.Tensor  # [N] long, the copied continuation (positions >= length are filler)
     length: torch.Tensor  # [] long, valid tokens in `tokens` (0 = no match)
+    match: torch.Tensor | None = None  # [] long, how many context tokens the copied place matches (<= MATCH_CAP)
 
 
 def lookup_continuation(context: torch.Tensor, n_tokens: int, max_ngram: int = DEFAULT_MAX_NGRAM) -> CopyChain:
@@ -65,7 +69,19 @@ def lookup_continuation(context: torch.Tensor, n_tokens: int, max_ngram: int = D
         found = found | any_hit
     length = torch.where(found, (n - start).clamp(max=n_tokens), torch.zeros_like(start))
     idx = (start + torch.arange(n_tokens, device=dev)).clamp(max=max(n - 1, 0))
-    return CopyChain(tokens=context[idx], length=length)
+    return CopyChain(tokens=context[idx], length=length, match=match_length(context, start, found))
+
+
+def match_length(context: torch.Tensor, start: torch.Tensor, found: torch.Tensor) -> torch.Tensor:
+    """[] long: how many tokens before `start` equal the context's last tokens, read backwards (at
+    least the matched n-gram, at most `MATCH_CAP`; 0 without a match). A longer match is a copy
+    more likely to go on as the context did: the draft budget prices copied nodes by it."""
+    n, dev = int(context.shape[0]), context.device
+    j = torch.arange(MATCH_CAP, device=dev)
+    mine = start - 1 - j                                                     # backwards from the match's end
+    last = n - 1 - j                                                         # backwards from the context's end
+    same = (context[mine.clamp(min=0)] == context[last.clamp(min=0)]) & (mine >= 0) & (mine < last)
+    return torch.where(found, torch.cumprod(same.to(torch.long), 0).sum(), torch.zeros_like(start))
 
 
 class CopyBranch:
@@ -166,7 +182,8 @@ def merge_copy_chain(tree: DraftTree, chain: CopyChain, chain_in_active: torch.T
                            torch.cat([upper, chain_anc], dim=1)])                   # [T + N, T + N]
     return DraftTree(tokens=torch.cat([tree.tokens, tokens]), parents=torch.cat([tree.parents, parents]),
                      depths=torch.cat([tree.depths, depths]), scores=torch.cat([tree.scores, scores]),
-                     in_active=torch.cat([tree.in_active, in_active]), sources=sources, ancestors=ancestors)
+                     in_active=torch.cat([tree.in_active, in_active]), sources=sources, ancestors=ancestors,
+                     copy_match=chain.match)
 
 
 def drop_pad_nodes(tree: DraftTree) -> DraftTree:

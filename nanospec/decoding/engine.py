@@ -256,7 +256,8 @@ class SpecEngine:
             state.copy.begin(ids[0], first)
         if vocab is not None and cfg.tree.budget:
             state.budget = DraftBudget(self.cost_curve(cfg.tree.max_nodes), cfg.tree.depth + cfg.tree.copy_branch,
-                                       self.device, earlier=self._budgets.get(cfg.method))
+                                       self.device, earlier=self._budgets.get(cfg.method),
+                                       max_nodes=cfg.tree.max_nodes)
             self._budgets[cfg.method] = state.budget  # the next request of this method starts from its statistics
         tokens = self._take([first], state, cfg)
         phases = timer.resolve()

@@ -21,6 +21,7 @@ class DraftTree:
     sources: torch.Tensor | None = None  # [T] long, copy_branch.ROOT/HEAD/COPY/BOTH/PAD; None = root + head
     ancestors: torch.Tensor | None = None  # [T, T] bool, ancestor_mask(parents); made once per tree
     enabled: torch.Tensor | None = None  # [T] bool, nodes the draft budget kept (fixed shape); None = all
+    copy_match: torch.Tensor | None = None  # [] long, the copy chain's match length (copy_branch.match_length)
 
     def __post_init__(self) -> None:
         # the verification mask, the copy chain's merge and acceptance all read it: build it once
@@ -139,4 +140,4 @@ def keep_nodes(tree: DraftTree, keep: torch.Tensor) -> DraftTree:
     return DraftTree(tokens=tree.tokens[keep], parents=parents, depths=tree.depths[keep],
                      scores=tree.scores[keep], in_active=tree.in_active[keep],
                      sources=tree.sources[keep] if tree.sources is not None else None,
-                     ancestors=tree.ancestors[keep][:, keep])
+                     ancestors=tree.ancestors[keep][:, keep], copy_match=tree.copy_match)

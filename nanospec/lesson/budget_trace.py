@@ -36,6 +36,7 @@ class _Before:
     budget: DraftBudget
     stats: tuple[torch.Tensor, ...]   # head_pred, head_acc, copy_tried, copy_acc (copies)
     threshold: float
+    rate: float                       # λ, the request's tokens per ms
     explore: bool                     # the likeliest node is verified anyway (after plain steps)
 
 
@@ -72,7 +73,7 @@ class BudgetTap:
             tap._step = step
             b = tap._budget
             if b is not None:
-                tap._before[step] = _Before(b, tuple(getattr(b, s).clone() for s in tap.STATS), b.threshold,
+                tap._before[step] = _Before(b, tuple(getattr(b, s).clone() for s in tap.STATS), b.threshold, b.rate,
                                             b.plain_steps >= b.EXPLORE_AFTER)
 
         DraftBudget.__init__, DraftBudget.select = tapped_init, tapped_select
@@ -84,8 +85,8 @@ class BudgetTap:
 
     def steps(self, events) -> list[dict | None]:
         """One entry per event: None for prefill (or a step the budget did not see), else the drafted
-        tree with every node's chance `p`, whether the budget `kept` it, the threshold λ·Δc and the
-        explore flag. Raises if the kept nodes are not the ones the event says were verified."""
+        tree with every node's chance `p`, whether the budget `kept` it, the request's rate λ, each
+        rank's price (likeliest first), λ·Δc and the explore flag. Raises if the kept nodes are not the ones the event says were verified."""
         out = []
         for e in events:
             before, picked = self._before.get(e.step), self._picked.get(e.step)
@@ -102,11 +103,17 @@ class BudgetTap:
             setattr(then, name, value)
         p = then.node_probs(tree).float().cpu().tolist()
         kept = keep.cpu().tolist()
+        # each rank's price: the tokens its share of the forward's extra time would earn, λ·(c(1 + k) - c(k))
+        extra = then.extra_cost(len(tree)).cpu().tolist()
+        prices = [before.rate * (b - a) for a, b in zip(extra, extra[1:])]
+        if before.explore and prices:
+            prices[0] = 0.0   # waived: after plain steps the likeliest node goes through anyway
         sources = ([SOURCE_NAMES[s] for s in tree.sources.cpu().tolist()] if tree.sources is not None
                    else ["root"] + ["head"] * (len(tree) - 1))
         entry = {"tokens": tree.tokens.cpu().tolist(), "parents": tree.parents.cpu().tolist(),
                  "depths": tree.depths.cpu().tolist(), "sources": sources, "p": [round(x, 5) for x in p],
-                 "kept": [bool(k) for k in kept], "threshold": round(before.threshold, 6), "explore": before.explore}
+                 "kept": [bool(k) for k in kept], "threshold": round(before.threshold, 6), "explore": before.explore,
+                 "rate": round(before.rate, 9), "prices": [round(x, 6) for x in prices]}
         verified = [t for t, k in zip(entry["tokens"], kept) if k]
         if event.tree_tokens not in (verified, entry["tokens"]):   # a CPU drops; a fixed shape keeps all
             raise RuntimeError(f"step {event.step}: the budget's kept nodes {verified} are not the verified "
