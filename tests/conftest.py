@@ -27,9 +27,9 @@ requires_cuda = pytest.mark.skipif(DEVICE.type != "cuda",
 def one_thread_for_tiny_models(request):
     """The random models here are a few kilobytes: a second torch thread only adds the threads' hand-off
     to every op (measured: 5x slower per request while another job held a core). Tests on the real
-    default pair (marked `integration`) keep torch's thread count, which their figures and cached
-    cost curves are keyed by."""
-    if DEVICE.type != "cpu" or request.node.get_closest_marker("integration") is not None:
+    default pair (marked `integration` or `browser`) keep torch's thread count, which their figures and
+    cached cost curves are keyed by."""
+    if DEVICE.type != "cpu" or any(request.node.get_closest_marker(m) is not None for m in ("integration", "browser")):
         yield
         return
     before = torch.get_num_threads()

@@ -35,8 +35,9 @@ HOST_CONVERSIONS = {
 HOST_FUNCTIONS = {("decoding/tree.py", "root_to_leaf_paths"), ("decoding/tree.py", "keep_nodes"),
                   ("decoding/copy_branch.py", "drop_padding"), ("decoding/budget.py", "keep_drafting"),
                   ("decoding/budget.py", "measure_cost_curve"), ("decoding/budget.py", "from_dict")}
-# host->device copies of the prompt at prefill, once per request
-PREFILL_COPIES = {("decoding/engine.py", "_prefill"), ("drafters/eagle.py", "begin"), ("decoding/copy_branch.py", "begin")}
+# host->device copies at prefill, once per request: the prompt, and the draft budget's prices (its cost curve)
+PREFILL_COPIES = {("decoding/engine.py", "_prefill"), ("drafters/eagle.py", "begin"), ("decoding/copy_branch.py", "begin"),
+                  ("decoding/budget.py", "__init__")}
 
 
 def _step_counts(engine, prompt, monkeypatch, **options) -> list[int]:

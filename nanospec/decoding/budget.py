@@ -124,12 +124,12 @@ def monotone(values: list[float]) -> list[float]:
     """The non-decreasing sequence closest to `values` in least squares (pool adjacent violators)."""
     pools: list[list[float]] = []   # [sum, count] per pool
     for v in values:
-        pools.append([v, 1])
+        pools.append([v, 1])   # (a count: a Python int)
         while len(pools) > 1 and pools[-2][0] / pools[-2][1] > pools[-1][0] / pools[-1][1]:
             s, c = pools.pop()
             pools[-1][0] += s
             pools[-1][1] += c
-    return [s / c for s, c in pools for _ in range(int(c))]
+    return [s / c for s, c in pools for _ in range(c)]
 
 
 def curve_key(model, device: torch.device, packed: bool) -> dict:
@@ -327,8 +327,8 @@ class DraftBudget:
     def extra_cost(self, t: int) -> torch.Tensor:
         """[t] ms on top of a plain step for verifying k drafted nodes, k = 0..t-1 (the curve's
         c(1 + k) - c(1), on the device, made once per request)."""
-        if t > self._extra.shape[0]:  # a larger tree than announced: one more copy to the device
-            self._extra = torch.tensor(self.curve.extra_ms(t), device=self.device)
+        if t > self._extra.shape[0]:
+            raise ValueError(f"a tree of {t} nodes; this budget was made for at most {self._extra.shape[0]} (max_nodes)")
         return self._extra[:t]
 
     def select(self, tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
