@@ -341,7 +341,7 @@ def budget_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -
         if drafted > verified:
             marks.insert(0, (drafted, "all drafted", "circle-open", "top left"))
         for n, word, symbol, where in marks:
-            fig.add_trace(go.Scatter(x=[n], y=[_interp(sizes, ms, n)], mode="markers+text", showlegend=False,
+            fig.add_trace(go.Scatter(x=[n], y=[curve.ms_at(n)], mode="markers+text", showlegend=False,
                                      text=[f"{word} ({n})"], textposition=where, textfont=dict(color=KEPT),
                                      cliponaxis=False,
                                      marker=dict(size=16, symbol=symbol, color=KEPT, line=dict(width=3, color=KEPT)),
@@ -354,16 +354,6 @@ def budget_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -
              f"{bs.expected:.2f} tokens" if bs is not None else "The draft budget: prefill has no draft")
     fig.update_layout(**base_layout(title, size, 440), barmode="overlay", bargap=0.25)
     return fig
-
-
-def _interp(xs: list[int], ys: list[float], x: float) -> float:
-    """ys at x, linearly between the measured sizes (clamped at the ends)."""
-    if x <= xs[0]:
-        return ys[0]
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return ys[-1]
 
 
 TRY_METRICS = (("tokens_per_s", "tokens/s", "{:.1f}"), ("speedup", "speedup vs ar", "{:.2f}×"), ("tau", "τ", "{:.2f}"),

@@ -245,10 +245,10 @@ class DraftBudget:
         self.curve = curve
         self.per_token_ms = curve.per_token_ms
         d = max_depth + 1
-        rows = MATCH_ROWS
         self.head_pred, self.head_acc = torch.zeros(d, device=device), torch.zeros(d, device=device)
         # by the copy's match length (rows) and depth, flattened: row * d + depth
-        self.copy_tried, self.copy_acc = torch.zeros(rows * d, device=device), torch.zeros(rows * d, device=device)
+        self.copy_tried = torch.zeros(MATCH_ROWS * d, device=device)
+        self.copy_acc = torch.zeros(MATCH_ROWS * d, device=device)
         self._depths = d
         if earlier is not None and earlier.head_pred.shape == self.head_pred.shape:
             head = (self.CARRY / earlier.head_pred.clamp(min=self.CARRY)).clamp(max=1.0)
@@ -259,7 +259,6 @@ class DraftBudget:
         self.ms = 0.0
         self.plain_steps = 0
         self.max_depth = max_depth
-        self.device = device
         self._extra = torch.tensor(curve.extra_ms(max(max_nodes, max(curve.sizes))), device=device)
 
     # -- host: the request's throughput -------------------------------------------------
