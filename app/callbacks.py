@@ -25,9 +25,11 @@ import plotly.io as pio
 from gradio.components.plot import PlotData
 
 from nanospec import RunSummary, load_trace, metrics, stop_message, summarize
+from nanospec.bench.peers.vllm_peer import ENGINE as PEER_ENGINE
 from nanospec.timing import MIN_CPU_SHARE, metered
 
 from app import charts
+from app import peers as app_peers
 from app.decoding import StepPump, decode_thread
 from app.inputs import METHODS, generation_options, parse_prompt
 from app.models import EngineProvider
@@ -376,9 +378,9 @@ class Explorer:
             raise fail("cannot replay", f"{name} is not a readable NanoSpec trace ({type(exc).__name__})") from None
 
     # -- compare tab ----------------------------------------------------------------------
-    def run_compare(self, prompt_text, methods, progress=gr.Progress(), **knobs):
+    def run_compare(self, prompt_text, methods, progress=gr.Progress(), peers=None, **knobs):
         """Compare was pressed: `ar` and each of `methods` on `prompt_text` with `knobs` (as `run_live`'s, but
-        for the method)."""
+        for the method), then the chosen vLLM `peers` (app/peers.py), each in its own process."""
         chosen = [methods] if isinstance(methods, str) else list(methods or [])
         bad = [m for m in chosen if m not in METHODS]
         if bad:
@@ -386,6 +388,10 @@ class Explorer:
         methods = [m for m in METHODS[1:] if m in chosen]
         if "method" in knobs:
             raise fail("invalid input", "Compare takes `methods`, not `method`")
+        try:
+            outside = app_peers.check(peers)
+        except ValueError as exc:
+            raise fail("invalid input", exc) from None
         prompt, base = self._inputs(prompt_text, {**knobs, "method": "ar"})
         self._engine(progress)
         greedy = base["temperature"] == 0.0
@@ -393,6 +399,17 @@ class Explorer:
         runs: dict[str, tuple] = {}  # method -> (events, summary): what the race replays
         shown: tuple = (None, None)  # table and chart so far; re-sent as plain values (see `streamed_outputs`)
         cpu_shares: dict[str, float] = {}  # method -> CPU share of its timed run
+        peer_runs, peer_lines = [], []  # vLLM's rows, and a line per kind that did not run
+
+        def show(found=None, dtype=None) -> tuple[tuple, str]:
+            table = compare_table(summaries, greedy, peer_runs)
+            shares = {**cpu_shares, **{r.name: r.info.get("cpu_share") for r in peer_runs}}
+            same = {r.name: metrics.identical_to_ar(r.outputs[0], summaries["ar"].output_ids) for r in peer_runs}
+            notes = "".join(f"\n\n{line}" for line in [app_peers.measured_note(peer_runs), *peer_lines] if line)
+            text = compare_verdict(summaries, greedy, found, dtype, same if greedy else None)
+            return ((display_table(table), PlotData(type="plotly", plot=charts.compare_figure(table).to_json())),
+                    text + compare_trust(table, shares) + notes)
+
         for method in ["ar", *methods]:
             options = {**base, "method": method}
             key = (method, tuple(sorted((k, v) for k, v in options.items() if k != "max_new_tokens")))
@@ -411,17 +428,33 @@ class Explorer:
             self._warm.add(key)
             summaries[method] = summary
             runs = {**runs, method: (events, summary)}
-            table = compare_table(summaries, greedy)
-            shown = (display_table(table), PlotData(type="plotly", plot=charts.compare_figure(table).to_json()))
-            warning = compare_trust(table, cpu_shares)
-            yield *shown, compare_verdict(summaries, greedy) + warning, runs
+            shown, text = show()
+            yield *shown, text, runs
+        if outside and not greedy:
+            peer_lines = ["vLLM rows compare greedy outputs token for token: set temperature 0 to run them."]
+        elif outside:
+            engine, info = self.provider.get()
+            stop = threading.Event()  # set when the page's Stop closes this generator: the child is killed
+            try:
+                for item in app_peers.run(outside, engine, info, engine.encode_prompt(prompt), base["max_new_tokens"],
+                                          stop):
+                    if isinstance(item, str):
+                        yield *shown, f"{text}\n\n{item}", runs
+                    else:
+                        peer_runs, peer_lines = item
+            finally:
+                stop.set()
+        if outside:
+            shown, text = show()
+            yield *shown, text, runs
         if greedy and any(s.output_ids != summaries["ar"].output_ids for s in summaries.values()):
             try:  # where each differing output parts from ar's, and the target's margin there
                 found, dtype = self._divergences(prompt, runs)
             except Exception as exc:  # noqa: BLE001 — the runs stand; only the explanation is missing
                 logging.getLogger(__name__).warning("could not explain a divergence: %s", exc)
             else:
-                yield *shown, compare_verdict(summaries, greedy, found, dtype) + warning, runs
+                shown, text = show(found, dtype)
+                yield *shown, text, runs
 
     def _divergences(self, prompt, runs: dict) -> tuple[dict, object]:
         """On the decode thread: each differing greedy run's first divergence from ar (precision.py)."""
@@ -476,8 +509,9 @@ class Explorer:
                          "each run after one untimed warm-up; tokens appear when their step finished.")
 
 
-def compare_table(summaries: dict[str, RunSummary], greedy: bool) -> pd.DataFrame:
-    """One row per method, numeric (the figure reads it); `display_table` formats it."""
+def compare_table(summaries: dict[str, RunSummary], greedy: bool, peer_runs=()) -> pd.DataFrame:
+    """One row per method, then one per vLLM run (`PeerRun`s of one prompt), numeric (the figure reads it);
+    `display_table` formats it."""
     ar = summaries.get("ar")
     rows = []
     for method, s in summaries.items():
@@ -487,6 +521,16 @@ def compare_table(summaries: dict[str, RunSummary], greedy: bool) -> pd.DataFram
             "tau": s.tau, "mean_active": s.mean_active, "active_frac": s.active_frac, "coverage": s.coverage,
             "draft_ms_per_step": s.draft_ms_per_step,
             "identical": metrics.identical_to_ar(s.output_ids, ar.output_ids, greedy) if ar is not None else None,
+        })
+    vocab = next((s.mean_active / s.active_frac for s in summaries.values() if s.mean_active and s.active_frac), None)
+    for run in peer_runs:
+        active = run.info.get("mean_active")  # vllm:nanospec only
+        rows.append({
+            "method": run.name, "tokens": len(run.outputs[0]), "tokens_per_s": run.tokens_per_s[0],
+            "speedup": metrics.speedup(run.tokens_per_s[0], ar.tokens_per_s if ar else None),
+            "tau": run.tau, "mean_active": active, "active_frac": active / vocab if active and vocab else None,
+            "coverage": run.info.get("coverage"), "draft_ms_per_step": math.nan,  # vLLM does not report it
+            "identical": metrics.identical_to_ar(run.outputs[0], ar.output_ids, greedy) if ar is not None else None,
         })
     return pd.DataFrame(rows)
 
@@ -500,12 +544,18 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
         "tokens/s": [f"{v:.1f}" for v in table["tokens_per_s"]],
         "speedup": [f"{v:.2f}×" for v in table["speedup"]],
         "τ": [f"{v:.2f}" for v in table["tau"]],
-        "mean active": [f"{v:,.0f}" if v else "–" for v in table["mean_active"]],
-        "% of V": [pct(f) if a else "–" for f, a in zip(table["active_frac"], table["mean_active"])],
+        "mean active": [f"{v:,.0f}" if _given(v) else "–" for v in table["mean_active"]],
+        "% of V": [pct(f) if _given(a) else "–" for f, a in zip(table["active_frac"], table["mean_active"])],
         "coverage": [pct(c) for c in table["coverage"]],
-        "draft ms/step": ["–" if m == "ar" else f"{v:.2f}" for m, v in zip(table["method"], table["draft_ms_per_step"])],
+        "draft ms/step": ["–" if m == "ar" or not _given(v) else f"{v:.2f}"
+                          for m, v in zip(table["method"], table["draft_ms_per_step"])],
         "identical to ar": ["n/a (sampling)" if i is None else ("✓" if i else "✗") for i in table["identical"]],
     }, columns=COMPARE_COLUMNS)
+
+
+def _given(x) -> bool:
+    """A figure the row has: not None, NaN or 0 (a method without an active vocabulary shows "–")."""
+    return bool(x) and not (isinstance(x, float) and math.isnan(x))
 
 
 # a speculative step runs at least one target forward, as a plain one does, and emits τ tokens on average:
@@ -527,7 +577,9 @@ def compare_trust(table: pd.DataFrame, cpu_shares: dict[str, float]) -> str:
         if share is not None and share < APP_MIN_CPU_SHARE:
             problems.append(f"`{method}` ran while the machine was busy (this server computed {share:.0%} of its "
                             "wall time)")
-        if method != "ar" and not (math.isnan(speedup) or math.isnan(tau)) and speedup > tau * TAU_SLACK:
+        # τ bounds only this engine's speedup (a vLLM row divides its speed by this engine's ar)
+        own = method != "ar" and not method.startswith(f"{PEER_ENGINE}:")
+        if own and not (math.isnan(speedup) or math.isnan(tau)) and speedup > tau * TAU_SLACK:
             problems.append(f"`{method}`'s speedup {speedup:.2f}× exceeds its τ {tau:.2f}, which a speculative step "
                             "cannot do: the `ar` timing was disturbed")
     if not problems:
@@ -537,22 +589,27 @@ def compare_trust(table: pd.DataFrame, cpu_shares: dict[str, float]) -> str:
 
 
 def compare_verdict(summaries: dict[str, RunSummary], greedy: bool, divergences: dict | None = None,
-                    dtype=None) -> str:
+                    dtype=None, peers: dict[str, bool] | None = None) -> str:
     """The Compare tab's verdict. `divergences` (method -> precision.Divergence) and the target's `dtype`,
-    once known, tell a near-tie of a low-precision target from a real difference."""
+    once known, tell a near-tie of a low-precision target from a real difference; `peers` (vLLM row ->
+    whether its output is identical to ar's) join the identity check."""
     ar = summaries.get("ar")
     others = {m: s for m, s in summaries.items() if m != "ar"}
-    if ar is None or not others:
+    peers = peers or {}
+    if ar is None or not (others or peers):
         return "Running…" if ar is None else "Autoregressive baseline done; choose methods to compare."
     if not greedy:
         return ("Temperature > 0: outputs are samples. Speculative sampling is lossless *in distribution*, "
                 "so token-for-token identity with `ar` is not expected.")
     same = [m for m, s in others.items() if metrics.identical_to_ar(s.output_ids, ar.output_ids)]
-    diff = [m for m in others if m not in same]
+    same += [m for m, identical in peers.items() if identical]
+    diff = [m for m in [*others, *peers] if m not in same]
     if not diff:
         return f"### ✓ Output identical to autoregressive at temperature 0 ({', '.join(same)})"
     found = {m: divergences[m] for m in diff if divergences and divergences.get(m) is not None}
     details = "".join(f"\n- `{m}`: {d.describe()}" for m, d in found.items())
+    details += "".join(f"\n- `{m}`: vLLM's output differs from this engine's `ar` (vLLM's own kernels and verification)"
+                       for m in diff if m in peers)
     ties = len(found) == len(diff) and all(d.near_tie for d in found.values())
     precision_name = str(dtype).removeprefix("torch.") if dtype is not None else "low precision"
     if ties:

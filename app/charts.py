@@ -617,12 +617,13 @@ COMPARE_METRICS = (("tokens_per_s", "tokens/s", "{:.1f}"), ("speedup", "speedup 
 
 
 def compare_figure(table: pd.DataFrame) -> go.Figure:
-    """One bar panel per metric (`COMPARE_METRICS`), one bar per method; `ar` in grey."""
+    """One bar panel per metric (`COMPARE_METRICS`), one bar per method; `ar` in grey, an outside engine's rows
+    (`vllm:…`) in orange."""
     if table.empty:
         return _empty("Compare", "no runs yet")
     fig = make_subplots(rows=1, cols=len(COMPARE_METRICS), subplot_titles=[m[1] for m in COMPARE_METRICS],
                         horizontal_spacing=0.07)
-    colors = ["#7f8c8d" if m == "ar" else "#3b6fd8" for m in table["method"]]
+    colors = ["#7f8c8d" if m == "ar" else "#e08e2b" if ":" in m else "#3b6fd8" for m in table["method"]]
     for col, (key, label, fmt) in enumerate(COMPARE_METRICS, start=1):
         values = [float(v) for v in table[key]]
         fig.add_trace(go.Bar(x=table["method"].tolist(), y=values, name=label, marker_color=colors,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from app import peers
 from app.callbacks import COMPARE_COLUMNS, LIVE_OUTPUTS, Explorer
 from app.charts import ANSWER_CSS, answer_html
 from app.lesson import LIVE_HEADER, build_lesson_tab, register_deep_link
@@ -94,8 +95,12 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                 gr.Markdown("The prompt and settings above through `ar` and the chosen methods, same seed. "
                             "Each method gets one short untimed warm-up per process.")
                 with gr.Row():
-                    methods = CheckboxGroup(list(SPEC_METHODS), value=["full", "nanospec"],
-                                               label="Methods to compare with ar", elem_id="compare-methods")
+                    with gr.Column(scale=2):
+                        methods = CheckboxGroup(list(SPEC_METHODS), value=["full", "nanospec"],
+                                                label="Methods to compare with ar", elem_id="compare-methods")
+                        offered, about = peers.control_info()
+                        outside = CheckboxGroup(list(peers.CHOICES), value=[], label="vLLM rows (optional)",
+                                                info=about, interactive=offered, elem_id="compare-peers")
                     with gr.Column():
                         compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
                         compare_stop = gr.Button("Stop", variant="stop")
@@ -134,7 +139,8 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                            show_progress="hidden")
         settings = {name: control for name, control in knobs.items() if name != "method"}  # Compare has its own
         compare_event = compare_btn.click(explorer.run_compare, [prompt, methods],
-                                          [table, compare_plot, verdict, compare_runs], inputs_kwargs=settings,
+                                          [table, compare_plot, verdict, compare_runs],
+                                          inputs_kwargs={**settings, "peers": outside},
                                           api_name="compare",
                                           concurrency_id=MODEL_QUEUE, concurrency_limit=1,
                                           show_progress_on=[verdict])

@@ -234,14 +234,9 @@ def _peer_runner(peer, a, engine, info):
     """compare's `peer`: the prompts' token ids -> the peer's runs on this pair's target and head."""
     if peer is None:
         return None
-    import torch
-    from nanospec.bench.peers import PeerTarget
+    from nanospec.bench.peers.vllm_peer import peer_target
 
-    def local(name):  # the child runs in a temporary folder: folders by absolute path, hub ids as they are
-        return name if name is None or not Path(name).exists() else str(Path(name).resolve())
-    target = PeerTarget(model=local(str(engine.model.name_or_path)), head=local(info.head),
-                        head_family=info.head_family, dtype=info.dtype, max_new_tokens=a.max_new_tokens,
-                        stop_token_ids=sorted(engine.eos_token_ids), threads=torch.get_num_threads())
+    target = peer_target(engine, info, a.max_new_tokens)
     return lambda ids: peer.run(target, ids)
 
 
@@ -351,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", default=None, help="write the table as JSON")
     c.add_argument("--peer", default=None, metavar="vllm:KIND[,...]",
                    help="also run the prompts through vLLM in a child process (greedy, batch 1, same target): "
-                        "vllm:plain, vllm:ngram, vllm:eagle (this pair's head); vllm:eagle:N drafts N tokens; "
+                        "vllm:plain, vllm:ngram, vllm:eagle (this pair's head), vllm:nanospec (that head with NanoSpec's "
+                        "active vocabulary inside vLLM); vllm:eagle:N drafts N tokens; "
                         "see docs/serving.md")
     c.add_argument("--vllm-python", default=None, metavar="PATH",
                    help="python of the environment that has vLLM (default: $NANOSPEC_VLLM_PYTHON, else this one)")

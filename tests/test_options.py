@@ -106,13 +106,16 @@ def test_an_option_the_app_offers_gets_a_control_an_api_parameter_and_reaches_th
         assert (control.label, control.value) == ("draft warmth", default)
 
     api = demo.get_api_info()["named_endpoints"]
-    for endpoint, lead in (("/run", "method"), ("/compare", "methods")):
+    # Compare's vLLM rows come last (optional, after the knobs): older positional calls still fit
+    for endpoint, lead, tail in (("/run", "method", []), ("/compare", "methods", ["peers"])):
         params = api[endpoint]["parameters"]
-        assert [p["parameter_name"] for p in params] == ["prompt_text", lead, *app.inputs.KNOBS[1:]]
-        assert params[-1]["parameter_default"] == 7
-    for name, lead in (("run", ["a prompt", "ar"]), ("compare", ["a prompt", ["full"]])):
+        assert [p["parameter_name"] for p in params] == ["prompt_text", lead, *app.inputs.KNOBS[1:], *tail]
+        assert params[len(params) - 1 - len(tail)]["parameter_default"] == 7
+    assert api["/compare"]["parameters"][-1]["parameter_default"] == []
+    for name, lead, tail in (("run", ["a prompt", "ar"], []), ("compare", ["a prompt", ["full"]], [[]])):
         fn = next(f for f in demo.fns.values() if f.api_name == name)
-        page = [*lead, *(b.value for b in fn.inputs[2:-1]), 6.0]  # as the page sends them: a slider sends a float
+        knob_inputs = fn.inputs[2:len(fn.inputs) - 1 - len(tail)]
+        page = [*lead, *(b.value for b in knob_inputs), 6.0, *tail]  # as the page sends them: a slider sends a float
         with pytest.raises(Exception, match="invalid input: seen"):
             asyncio.run(demo.process_api(fn, page, request=None))
         knobs, options = seen[-1]

@@ -8,6 +8,7 @@ script. The tests that run vLLM itself need the interpreter of an environment th
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -51,6 +52,16 @@ def test_parse_peers_names_what_is_allowed():
     for bad in ("sglang:plain", "vllm:medusa", "vllm:plain:3", "vllm:eagle:0", ","):
         with pytest.raises(ValueError, match="vllm:plain, vllm:ngram, vllm:eagle"):
             parse_peers(bad)
+
+
+def test_the_nanospec_kind_needs_an_eagle_1_2_head():
+    target = PeerTarget(model="m", head="h", head_family="eagle3", dtype="float32", max_new_tokens=2,
+                        stop_token_ids=[2], threads=1)
+    assert "EAGLE-1/2 heads only" in vllm_peer.unsupported(PeerSpec("nanospec"), target)
+    assert vllm_peer.unsupported(PeerSpec("eagle"), target) is None
+    headless = dataclasses.replace(target, head=None, head_family=None)
+    assert vllm_peer.unsupported(PeerSpec("nanospec"), headless) == "needs a draft head; this pair has none"
+    assert vllm_peer.unsupported(PeerSpec("plain"), headless) is None
 
 
 @pytest.mark.skipif(HAS_VLLM_HERE, reason="this interpreter has vLLM: the missing-vLLM path needs one without")
@@ -129,15 +140,21 @@ needs_vllm = pytest.mark.skipif(
 @needs_vllm
 @pytest.mark.integration
 def test_vllm_rows_match_ar_token_for_token(tmp_path, capsys):
-    """The default pair through vLLM plain and EAGLE with the shipped head: same outputs as this engine's ar."""
+    """The default pair through vLLM plain, EAGLE with the shipped head, and that head with NanoSpec's active
+    vocabulary inside vLLM: the same outputs as this engine's ar."""
     out_json = tmp_path / "table.json"
     rc = cli.main(["compare", "--methods", "nanospec", "--json", str(out_json), "--max-new-tokens", "8",
-                   "--limit", "1", "--peer", "vllm:plain,vllm:eagle", "--vllm-python", VLLM_PYTHON])
+                   "--limit", "1", "--peer", "vllm:plain,vllm:eagle,vllm:nanospec", "--vllm-python", VLLM_PYTHON])
     assert rc == 0, capsys.readouterr()
     rows = {r["method"]: r for r in json.loads(out_json.read_text())}
-    assert set(rows) == {"ar", "nanospec", "vllm:plain", "vllm:eagle"}, capsys.readouterr()
-    for name in ("vllm:plain", "vllm:eagle"):
+    assert set(rows) == {"ar", "nanospec", "vllm:plain", "vllm:eagle", "vllm:nanospec"}, capsys.readouterr()
+    for name in ("vllm:plain", "vllm:eagle", "vllm:nanospec"):
         assert rows[name]["identical_to_ar"] is True, rows[name]["divergences"]
         assert rows[name]["peer"]["engine"] == "vllm" and rows[name]["tokens_per_s"] > 0
     assert rows["vllm:plain"]["tau"] == 1.0
-    assert rows["vllm:eagle"]["peer"]["drafts"] > 0 and rows["vllm:eagle"]["tau"] >= 1.0
+    for name in ("vllm:eagle", "vllm:nanospec"):
+        assert rows[name]["peer"]["drafts"] > 0 and rows[name]["tau"] >= 1.0
+    assert rows["vllm:eagle"]["mean_active"] is None
+    vocab = rows["vllm:nanospec"]["peer"]["vocab"]  # the plugin's report: one request, its active set
+    assert len(vocab["requests"]) == 1 and 0 < rows["vllm:nanospec"]["mean_active"] <= 3072
+    assert 0.0 <= rows["vllm:nanospec"]["coverage"] <= 1.0

@@ -210,6 +210,7 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
         speedups = [metrics.speedup(a, b) for a, b in zip(r.tps, ar.tps) if b > 0]
         drafts = name not in ("ar", "prompt_lookup") and r.peer is None
         mean_active = metrics.mean_active(r.active)
+        peer_active = r.peer.get("mean_active") if r.peer else None  # vLLM with NanoSpec's plugin
         table.append({
             "method": name,
             "tokens_per_s": _median(r.tps),
@@ -217,9 +218,9 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
             "tau": r.peer["tau"] if r.peer else metrics.tau(r.emitted),
             "draft_ms_per_step": _median(r.draft_ms) if r.draft_ms and drafts else None,
             "lm_head_ms_per_step": _median(r.lm_head_ms) if r.lm_head_ms and drafts else None,
-            "mean_active": mean_active if drafts else None,
-            "active_frac": mean_active / vocab_size if drafts else None,
-            "coverage": metrics.coverage(r.accepted, r.coverage, r.outside),
+            "mean_active": mean_active if drafts else peer_active,
+            "active_frac": mean_active / vocab_size if drafts else (peer_active / vocab_size if peer_active else None),
+            "coverage": r.peer.get("coverage") if r.peer else metrics.coverage(r.accepted, r.coverage, r.outside),
             "identical_to_ar": metrics.identical_to_ar(r.outputs, ar.outputs[:len(r.outputs)] if r.peer else ar.outputs,
                                                        greedy),
             # share of accepted draft tokens by the source of their node (head / copy / both)

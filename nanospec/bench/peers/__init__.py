@@ -1,5 +1,6 @@
 """Outside engines run on `compare`'s prompts beside this engine's rows (`--peer`): vLLM for now."""
 
-from .vllm_peer import PeerRun, PeerSpec, PeerTarget, VllmPeer, default_python, parse_peers
+from .vllm_peer import KINDS, PeerRun, PeerSpec, PeerTarget, VllmPeer, default_python, parse_peers, peer_target, probe
 
-__all__ = ["PeerRun", "PeerSpec", "PeerTarget", "VllmPeer", "default_python", "parse_peers"]
+__all__ = ["KINDS", "PeerRun", "PeerSpec", "PeerTarget", "VllmPeer", "default_python", "parse_peers", "peer_target",
+           "probe"]

@@ -9,11 +9,14 @@ the peer runs after this engine's rows, one child per kind:
 
 - `vllm:plain`  vLLM without speculation;
 - `vllm:ngram`  vLLM's n-gram (prompt-lookup) speculation;
-- `vllm:eagle`  vLLM's EAGLE drafting with this pair's own head (EAGLE-1/2, or EAGLE-3 as `eagle3`).
+- `vllm:eagle`  vLLM's EAGLE drafting with this pair's own head (EAGLE-1/2, or EAGLE-3 as `eagle3`);
+- `vllm:nanospec`  the same EAGLE-1/2 drafting with NanoSpec's per-request active vocabulary inside vLLM
+  (`nanospec/serving/vllm_plugin.py`, installed in the child): its rows add mean active size and coverage.
 
 A kind may take the number of drafted tokens: `vllm:eagle:5` (default `DEFAULT_SPEC_TOKENS`).
 Nothing here imports vLLM; a missing, too old or failing vLLM ends as one line in `error` (the
-whole peer) or in `failures` (one kind), never as an exception out of `compare`.
+whole peer) or in `failures` (one kind), never as an exception out of `compare`. `run(..., stop=event)`
+ends the running child when the event is set (the app's Stop).
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ENGINE = "vllm"
-KINDS = ("plain", "ngram", "eagle")
+KINDS = ("plain", "ngram", "eagle", "nanospec")
 DEFAULT_SPEC_TOKENS = 3
 MIN_VERSION = (0, 32)  # the oldest vLLM this peer was run with (the CPU build 0.32.0)
 PYTHON_ENV = "NANOSPEC_VLLM_PYTHON"  # default for --vllm-python
@@ -37,6 +42,7 @@ WORKER = Path(__file__).with_name("vllm_worker.py")
 PROBE_TIMEOUT_S = 60
 START_TIMEOUT_S = 900  # import, load and warm-up of one child, on a slow shared CPU
 KV_CACHE_BYTES = 1 << 30  # batch 1 needs little; vLLM's default would reserve 90% of memory
+POLL_S = 0.2  # how often a running child is checked for a stop request
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,19 @@ class PeerTarget:
     threads: int
 
 
+def peer_target(engine, info, max_new_tokens: int) -> PeerTarget:
+    """What a loaded pair (`SpecEngine`, `PairInfo`) runs, for the peer: the child runs in a temporary
+    folder, so local folders go by absolute path and hub ids as they are; the same CPU threads."""
+    import torch
+
+    def local(name):
+        return name if name is None or not Path(name).exists() else str(Path(name).resolve())
+
+    return PeerTarget(model=local(str(engine.model.name_or_path)), head=local(info.head),
+                      head_family=info.head_family, dtype=info.dtype, max_new_tokens=max_new_tokens,
+                      stop_token_ids=sorted(engine.eos_token_ids), threads=torch.get_num_threads())
+
+
 class VllmPeer:
     """The `compare` peer: `check()` before loading this engine, then `run(target, prompt_ids)`."""
 
@@ -146,17 +165,22 @@ class VllmPeer:
         self.error = self.found.error
         return self.error is None
 
-    def run(self, target: PeerTarget, prompt_ids: list[list[int]]) -> list[PeerRun]:
-        """Every kind on every prompt, one child process per kind; kinds that fail go to `failures`."""
+    def run(self, target: PeerTarget, prompt_ids: list[list[int]],
+            stop: threading.Event | None = None) -> list[PeerRun]:
+        """Every kind on every prompt, one child process per kind; kinds that fail go to `failures`.
+        Setting `stop` ends the running child and skips the kinds after it (each noted as stopped)."""
         if (self.found is None and not self.check()) or self.error:
             return []
         runs = []
         for spec in self.specs:
-            if spec.kind == "eagle" and target.head is None:
-                self.failures[spec.name] = "needs a draft head; this pair has none"
+            why = unsupported(spec, target)
+            if why is None and stop is not None and stop.is_set():
+                why = "stopped"
+            if why is not None:
+                self.failures[spec.name] = why
                 continue
             try:
-                runs.append(self._run(spec, target, prompt_ids))
+                runs.append(self._run(spec, target, prompt_ids, stop))
             except PeerFailed as err:
                 self.failures[spec.name] = str(err)
         _add_speedup_vs_plain(runs)
@@ -172,16 +196,21 @@ class VllmPeer:
         return [f"{name} failed: {why}" for name, why in self.failures.items()]
 
     def _request(self, spec: PeerSpec, target: PeerTarget, prompt_ids: list[list[int]]) -> dict:
-        kind = target.head_family if spec.kind == "eagle" and target.head_family == "eagle3" else spec.kind
+        kind = "eagle" if spec.kind == "nanospec" else spec.kind
+        if kind == "eagle" and target.head_family == "eagle3":
+            kind = "eagle3"
         longest = max((len(p) for p in prompt_ids), default=0)
         return {"model": target.model, "dtype": target.dtype, "kind": kind, "head": target.head,
+                "active_vocab": spec.kind == "nanospec",
                 "num_speculative_tokens": spec.num_speculative_tokens, "prompts": prompt_ids,
                 "max_new_tokens": target.max_new_tokens, "stop_token_ids": sorted(target.stop_token_ids),
                 "max_model_len": longest + target.max_new_tokens + spec.num_speculative_tokens + 64,
                 "kv_cache_bytes": KV_CACHE_BYTES}
 
-    def _run(self, spec: PeerSpec, target: PeerTarget, prompt_ids: list[list[int]]) -> PeerRun:
+    def _run(self, spec: PeerSpec, target: PeerTarget, prompt_ids: list[list[int]],
+             stop: threading.Event | None = None) -> PeerRun:
         env = {**os.environ, "OMP_NUM_THREADS": str(target.threads)}  # the same threads as this engine
+        env["NANOSPEC_VLLM_ACTIVE_VOCAB"] = "1" if spec.kind == "nanospec" else "0"  # the plugin, where installed
         preload = [p for p in (self.found.preload if self.found else []) if p not in env.get("LD_PRELOAD", "")]
         if preload:  # vLLM's CPU build: Intel OpenMP preloaded, as its install guide asks
             env["LD_PRELOAD"] = ":".join([*preload, *filter(None, [env.get("LD_PRELOAD")])])
@@ -191,19 +220,43 @@ class VllmPeer:
             request.write_text(json.dumps(self._request(spec, target, prompt_ids)))
             try:
                 with log.open("w") as out:
-                    done = subprocess.run([self.python, str(WORKER), str(request), str(result)], stdout=out,
-                                          stderr=subprocess.STDOUT, env=env, timeout=timeout, cwd=tmp)
-            except subprocess.TimeoutExpired:
-                raise PeerFailed(f"no answer within {timeout} s") from None
+                    child = subprocess.Popen([self.python, str(WORKER), str(request), str(result)], stdout=out,
+                                             stderr=subprocess.STDOUT, env=env, cwd=tmp)
             except OSError as err:
                 raise PeerFailed(f"cannot run {self.python}: {_one_line(str(err))}") from None
-            if done.returncode != 0 or not result.is_file():
-                raise PeerFailed(f"exit status {done.returncode}: {_last_line(log.read_text(errors='replace'))}")
+            returncode = _wait(child, timeout, stop)
+            if returncode is None:
+                raise PeerFailed("stopped" if stop is not None and stop.is_set()
+                                 else f"no answer within {timeout} s") from None
+            if returncode != 0 or not result.is_file():
+                raise PeerFailed(f"exit status {returncode}: {_last_line(log.read_text(errors='replace'))}")
             return _peer_run(spec, json.loads(result.read_text()))
 
 
 class PeerFailed(Exception):
     pass
+
+
+def unsupported(spec: PeerSpec, target: PeerTarget) -> str | None:
+    """Why `spec` cannot run on `target` (one line), or None."""
+    if spec.kind in ("eagle", "nanospec") and target.head is None:
+        return "needs a draft head; this pair has none"
+    if spec.kind == "nanospec" and target.head_family == "eagle3":
+        return "NanoSpec's vLLM plugin drafts with EAGLE-1/2 heads only (vLLM's EAGLE-3 drafting is left unchanged)"
+    return None
+
+
+def _wait(child: subprocess.Popen, timeout: float, stop: threading.Event | None) -> int | None:
+    """The child's exit status; None after killing it when `timeout` passed or `stop` was set."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return child.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            if time.monotonic() > end or (stop is not None and stop.is_set()):
+                child.kill()
+                child.wait()
+                return None
 
 
 def _peer_run(spec: PeerSpec, result: dict) -> PeerRun:
@@ -214,7 +267,8 @@ def _peer_run(spec: PeerSpec, result: dict) -> PeerRun:
     accepted = [p["accepted"] for p in prompts]
     draft_tokens = sum(p["draft_tokens"] for p in prompts)
     info = {k: v for k, v in result.items() if k != "prompts"}
-    info.update(engine=ENGINE, kind=spec.kind,
+    vocab = result.get("vocab") or {}  # the NanoSpec plugin's figures (kind "nanospec")
+    info.update(engine=ENGINE, kind=spec.kind, mean_active=vocab.get("mean_active"), coverage=vocab.get("coverage"),
                 num_speculative_tokens=None if spec.kind == "plain" else spec.num_speculative_tokens,
                 drafts=sum(p["drafts"] for p in prompts), draft_tokens=draft_tokens, accepted=sum(accepted),
                 acceptance_rate=sum(accepted) / draft_tokens if draft_tokens else None)

@@ -2,7 +2,8 @@
 
 Run by the interpreter of the environment that has vLLM, never imported by `nanospec` (it imports
 only the standard library until it runs vLLM, so it works from a checkout or an installed
-package alike):
+package alike; a request with `active_vocab` then imports NanoSpec's vLLM plugin from the package
+this file belongs to):
 
     python vllm_worker.py --probe                 # JSON on stdout: vLLM's version, without importing it
     python vllm_worker.py REQUEST.json RESULT.json
@@ -108,6 +109,19 @@ def counters(llm) -> dict[str, float]:
     return out
 
 
+def active_vocab_plugin():
+    """NanoSpec's vLLM plugin, installed in this process (before the engine is built): vLLM's EAGLE drafting
+    then scores each request's active vocabulary only. Imported from the package this file lies in."""
+    package_root = Path(__file__).resolve().parents[3]  # the folder that holds `nanospec`
+    if importlib.util.find_spec("nanospec") is None:
+        sys.path.insert(0, str(package_root))
+    os.environ["NANOSPEC_VLLM_ACTIVE_VOCAB"] = "1"  # also for the entry point, where nanospec is installed
+    from nanospec.serving import vllm_plugin
+
+    vllm_plugin.install()
+    return vllm_plugin
+
+
 def run(request: dict, workdir: Path) -> dict:
     """Load vLLM with the request's settings and time every prompt (batch 1, greedy)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process: one PID to time
@@ -119,6 +133,7 @@ def run(request: dict, workdir: Path) -> dict:
     from vllm.inputs import TokensPrompt
 
     spec, notes = speculative_config(request, workdir)
+    plugin = active_vocab_plugin() if request.get("active_vocab") else None
     on_cpu = not torch.cuda.is_available()
     settings = {
         "dtype": request["dtype"],
@@ -136,6 +151,8 @@ def run(request: dict, workdir: Path) -> dict:
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids in request["prompts"]]
     warm = SamplingParams(temperature=0.0, max_tokens=4, detokenize=False)
     llm.generate(prompts[:1], warm, use_tqdm=False)  # warm-up (allocators, kernels), excluded
+    if plugin is not None:
+        plugin.REPORT.clear()  # the warm-up's request is not one of the prompts
     results = []
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for prompt in prompts:
@@ -149,7 +166,8 @@ def run(request: dict, workdir: Path) -> dict:
                         "draft_tokens": after[DRAFT_TOKENS] - before[DRAFT_TOKENS],
                         "accepted": after[ACCEPTED] - before[ACCEPTED]})
     busy = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9) / max(torch.get_num_threads(), 1)
-    return {"vllm": vllm.__version__, "kind": request["kind"], "load_s": load_s, "device": "cpu" if on_cpu else "cuda",
+    return {"vllm": vllm.__version__, "kind": request["kind"], "load_s": load_s,
+            "vocab": plugin.summary() if plugin is not None else None, "device": "cpu" if on_cpu else "cuda",
             "threads": torch.get_num_threads(), "cpu_share": busy, "settings": settings, "speculative_config": spec,
             "notes": notes, "prompts": results}
 
