@@ -144,6 +144,8 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                                           api_name="compare",
                                           concurrency_id=MODEL_QUEUE, concurrency_limit=1,
                                           show_progress_on=[verdict])
+        # Compare may be the run that loaded the pair: the header then names it, as after a Live run
+        compare_event.then(provider.describe, None, pair_md, api_visibility="undocumented", queue=False)
         compare_stop.click(None, None, None, cancels=[compare_event], api_visibility="undocumented")
         race_btn.click(explorer.race, compare_runs, race, api_visibility="undocumented", queue=False)
         demo.load(provider.describe, None, pair_md, api_visibility="undocumented", queue=False)

@@ -254,3 +254,26 @@ def test_head_missing_means_only_ar(tmp_path):
             client.predict(*RUN_ARGS, api_name="/run")
     finally:
         demo.close()
+
+
+def _header_after_compare(demo):
+    """The function that rewrites the header line (#pair-info) once Compare has finished."""
+    pair_id = next(c["id"] for c in demo.config["components"] if c.get("props", {}).get("elem_id") == "pair-info")
+    compare = next(i for i, fn in demo.fns.items() if fn.api_name == "compare")
+    after = [fn for fn in demo.fns.values()
+             if fn.trigger_after == compare and [o._id for o in fn.outputs] == [pair_id]]
+    assert len(after) == 1, "nothing updates the header after Compare"
+    return after[0].fn
+
+
+def test_the_header_names_the_pair_after_compare_loaded_it():
+    """Compare may be the first run: the header line then names the pair, as after a Live run."""
+    demo, url = _launch(tiny_loader())
+    try:
+        header = _header_after_compare(demo)
+        assert "not loaded yet" in header()
+        Client(url, verbose=False).predict("the draft tree accepts", ["nanospec"], max_new_tokens=6,
+                                           api_name="/compare")
+        assert header().startswith("**Target:**"), header()
+    finally:
+        demo.close()
