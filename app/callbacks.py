@@ -25,7 +25,7 @@ import plotly.io as pio
 from gradio.components.plot import PlotData
 
 from nanospec import RunSummary, load_trace, metrics, stop_message, summarize
-from nanospec.bench.peers.vllm_peer import ENGINE as PEER_ENGINE
+from nanospec.bench.peers import ENGINE as PEER_ENGINE
 from nanospec.timing import MIN_CPU_SHARE, metered
 
 from app import charts

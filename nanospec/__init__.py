@@ -10,7 +10,8 @@ token origins, each defined once), `nanospec.events` (step events, summaries, th
 (the prompt set and prompt files), `nanospec.precision` (exactness at low precision: first divergence
 and the target's margin there), `nanospec.lesson.record` (the recorded lesson's file names, format and command),
 `nanospec.lesson.stability` (whether timings were steady enough to show),
-`nanospec.decoding.budget` (the draft budget's `CostCurve`, as `SpecEngine.cost_curve()` returns it), and, for
+`nanospec.decoding.budget` (the draft budget's `CostCurve`, as `SpecEngine.cost_curve()` returns it),
+`nanospec.bench.peers` (outside engines, vLLM, run in a child process on the same prompts), and, for
 tests and development only, `nanospec.bench.random_pair` (random-weight models). Anything else,
 and any name starting with `_`, may change without notice.
 """
