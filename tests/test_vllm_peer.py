@@ -14,6 +14,7 @@ import json
 import os
 import stat
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -54,14 +55,39 @@ def test_parse_peers_names_what_is_allowed():
             parse_peers(bad)
 
 
-def test_the_nanospec_kind_needs_an_eagle_1_2_head():
+def test_the_nanospec_kind_runs_vllm_eagle_with_the_plugin():
     target = PeerTarget(model="m", head="h", head_family="eagle3", dtype="float32", max_new_tokens=2,
                         stop_token_ids=[2], threads=1)
-    assert "EAGLE-1/2 heads only" in vllm_peer.unsupported(PeerSpec("nanospec"), target)
-    assert vllm_peer.unsupported(PeerSpec("eagle"), target) is None
+    peer = VllmPeer(parse_peers("vllm:nanospec,vllm:eagle"), sys.executable)
+    for spec, plugin in zip(peer.specs, (True, False)):
+        assert vllm_peer.unsupported(spec, target) is None
+        request = peer._request(spec, target, [[1, 2, 3]])
+        assert request["kind"] == "eagle3" and request["active_vocab"] is plugin  # an EAGLE-3 head as vLLM's eagle3
+    eagle2 = dataclasses.replace(target, head_family="eagle")
+    assert peer._request(peer.specs[0], eagle2, [[1]])["kind"] == "eagle"
     headless = dataclasses.replace(target, head=None, head_family=None)
     assert vllm_peer.unsupported(PeerSpec("nanospec"), headless) == "needs a draft head; this pair has none"
     assert vllm_peer.unsupported(PeerSpec("plain"), headless) is None
+
+
+def test_an_eagle3_head_loses_only_its_identity_vocabulary_maps(tmp_path):
+    """vLLM refuses a d2t tensor when the draft vocabulary is the whole vocabulary: identity maps are dropped,
+    a pruned head's are kept, every other tensor is unchanged."""
+    from safetensors.torch import load_file, save_file
+    w = {"fc.weight": torch.randn(4, 12), "d2t": torch.zeros(10, dtype=torch.long),
+         "t2d": torch.ones(10, dtype=torch.bool)}
+    src = tmp_path / "head"
+    src.mkdir()
+    save_file(w, str(src / "model.safetensors"))
+    (src / "config.json").write_text(json.dumps({"vocab_size": 10, "draft_vocab_size": 10}))
+    notes = vllm_worker.eagle3_head_for_vllm(src, tmp_path / "full")
+    out = load_file(str(tmp_path / "full" / "model.safetensors"))
+    assert notes and set(out) == {"fc.weight"} and torch.equal(out["fc.weight"], w["fc.weight"])
+    pruned = {"fc.weight": w["fc.weight"], "d2t": torch.arange(6) % 2, "t2d": torch.arange(10) < 6}
+    save_file(pruned, str(src / "model.safetensors"))
+    (src / "config.json").write_text(json.dumps({"vocab_size": 10, "draft_vocab_size": 6}))
+    assert vllm_worker.eagle3_head_for_vllm(src, tmp_path / "pruned") == []
+    assert set(load_file(str(tmp_path / "pruned" / "model.safetensors"))) == set(pruned)
 
 
 @pytest.mark.skipif(HAS_VLLM_HERE, reason="this interpreter has vLLM: the missing-vLLM path needs one without")
@@ -158,3 +184,25 @@ def test_vllm_rows_match_ar_token_for_token(tmp_path, capsys):
     vocab = rows["vllm:nanospec"]["peer"]["vocab"]  # the plugin's report: one request, its active set
     assert len(vocab["requests"]) == 1 and 0 < rows["vllm:nanospec"]["mean_active"] <= 3072
     assert 0.0 <= rows["vllm:nanospec"]["coverage"] <= 1.0
+
+
+@needs_vllm
+@pytest.mark.integration
+def test_vllm_rows_with_the_eagle3_head_match_ar(tmp_path, capsys):
+    """The shipped EAGLE-3 head through vLLM's eagle3 drafting, without and with NanoSpec's active vocabulary:
+    the same outputs as this engine's ar, and the head drafts tokens the target accepts (it loaded right)."""
+    out_json = tmp_path / "table.json"
+    head = Path(__file__).resolve().parent.parent / "assets" / "heads" / "smollm2-135m-eagle3"
+    rc = cli.main(["compare", "--methods", "nanospec", "--json", str(out_json), "--max-new-tokens", "16",
+                   "--limit", "1", "--head", str(head),
+                   "--peer", "vllm:eagle,vllm:nanospec", "--vllm-python", VLLM_PYTHON])
+    assert rc == 0, capsys.readouterr()
+    rows = {r["method"]: r for r in json.loads(out_json.read_text())}
+    assert {"vllm:eagle", "vllm:nanospec"} <= set(rows), capsys.readouterr()
+    for name in ("vllm:eagle", "vllm:nanospec"):
+        assert rows[name]["identical_to_ar"] is True, rows[name]["divergences"]
+        assert rows[name]["peer"]["kind"] == name.split(":")[1] and rows[name]["peer"]["drafts"] > 0
+        assert rows[name]["peer"]["speculative_config"]["method"] == "eagle3"
+        assert rows[name]["tau"] > 1.0, rows[name]["peer"]  # an EAGLE-3 head vLLM misread would accept nothing
+    vocab = rows["vllm:nanospec"]["peer"]["vocab"]
+    assert len(vocab["requests"]) == 1 and 0 < rows["vllm:nanospec"]["mean_active"] <= 3072

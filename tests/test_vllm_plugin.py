@@ -149,6 +149,36 @@ def test_plugin_step_bookkeeping_without_vllm():
     vp.REPORT.clear()
 
 
+def test_eagle3_prefill_adds_the_targets_topk_only_where_vllm_computed_logits():
+    """EAGLE-3's proposer is handed other layers' hidden states ([N, 3H] before its fc), so the LM head cannot
+    give the target's top-k at prompt positions: those add their own tokens; positions with target logits
+    add that top-k. The draft argmax is the same batched one."""
+    from types import SimpleNamespace
+
+    from nanospec.serving import vllm_plugin as vp
+
+    torch.manual_seed(1)
+    v, h, k = 60, 8, 2
+    w = torch.randn(v, h)
+    state = vp.DraftVocab(w, capacity=40, ctx_topk=k, final_hidden=False)
+    vp.REPORT.clear()
+    aux, tok, nxt = torch.randn(8, 3 * h), torch.randint(0, v, (8,)), torch.tensor([7, 9])  # not [N, H]
+    logits_top = torch.randint(0, v, (2, k))  # the target's top-k at each row's last token
+    state.batch, state.discard, state.emitted = ["a", "b"], [False, False], torch.tensor([1, 1])
+    state.stash = (logits_top, None)
+    state.begin_step(None, tok, aux, nxt, SimpleNamespace(query_start_loc_cpu=torch.tensor([0, 3, 8])))
+    for req, span, last, n in (("a", slice(0, 3), 0, 7), ("b", slice(3, 8), 1, 9)):
+        want = set(tok[span].tolist()) | set(logits_top[last].tolist()) | {n}
+        assert set(state.sets.members(state.sets.row_of[req])) == want
+    hs = torch.randn(2, h)
+    got = state.draft_argmax(hs)
+    for i, req in enumerate("ab"):
+        members = state.sets.members(state.sets.row_of[req])
+        assert int(got[i]) == members[int((hs[i] @ w[members].T).argmax())]
+    state.end_step()
+    vp.REPORT.clear()
+
+
 def _folder(path: Path, **config) -> Path:
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(config))

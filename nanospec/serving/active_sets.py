@@ -183,8 +183,9 @@ def _config(folder: str | Path, what: str) -> dict:
 
 
 def check_configs(target: dict, head: dict, target_name: str = "target", head_name: str = "head") -> None:
-    """ValueError unless an EAGLE-1/2 head's config fits its target's: same hidden size (the head reads the
-    target's features and shares its LM head) and the same vocabulary (it drafts over the target's ids)."""
+    """ValueError unless an EAGLE head's config fits its target's: the same hidden size as the target's (the
+    head reads the target's features; EAGLE-3's `target_hidden_size`) and the same vocabulary (it drafts over
+    the target's ids)."""
     problems = []
     t_hidden = target.get("hidden_size")
     h_hidden = head.get("target_hidden_size") or head.get("hidden_size")
@@ -195,7 +196,7 @@ def check_configs(target: dict, head: dict, target_name: str = "target", head_na
         problems.append(f"vocabulary {h_vocab} (head) vs {t_vocab} (target)")
     if problems:
         raise ValueError(f"draft head {head_name} does not fit target {target_name}: " + "; ".join(problems)
-                         + ". The NanoSpec active vocabulary needs an EAGLE-1/2 head trained for this target "
+                         + ". The NanoSpec active vocabulary needs an EAGLE head trained for this target "
                            "(same hidden size, same vocabulary).")
 
 

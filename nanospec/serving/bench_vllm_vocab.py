@@ -126,7 +126,8 @@ def compare_rows(results: dict[str, dict]) -> list[dict]:
 
 
 def print_table(lines: list[dict], info: dict) -> None:
-    print(f"vLLM {info['vllm']} on {info['device']}, dtype {info['dtype']}, {info['num_prompts']} prompts, "
+    print(f"vLLM {info['vllm']} on {info['device']}, {info.get('method', 'eagle')} head, dtype {info['dtype']}, "
+          f"{info['num_prompts']} prompts, "
           f"{info['max_new_tokens']} new tokens, greedy, {info['num_speculative_tokens']} drafted tokens, "
           f"capacity {info['capacity']}, ctx top-{info['ctx_topk']}")
     head = f"{'batch':>5} {'row':<15} {'tok/s':>8} {'tau':>5} {'draft ms/step':>13} {'lm-head ms':>10} " \
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         return child(Path(argv[1]), Path(argv[2]))
+    from nanospec.heads.head3 import is_eagle3_folder
     from nanospec.serving.active_sets import check_pair
     from nanospec.serving.vllm_plugin import settings
 
@@ -151,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes (prompts per generate call)")
     ap.add_argument("--target", default=None, help="target folder (default: the offline default target)")
-    ap.add_argument("--head", default=None, help="EAGLE-1/2 head folder (default: the shipped head)")
+    ap.add_argument("--head", default=None, help="EAGLE-1/2 or EAGLE-3 head folder (default: the shipped head; "
+                                               "alone: a head for the offline default target)")
     ap.add_argument("--limit", type=int, default=None, help="first N held-out prompts (default: all 14)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--num-speculative-tokens", type=int, default=3)
@@ -165,9 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r.strip() for r in a.rows.split(",") if r.strip()]
     if not rows or any(r not in ROWS for r in rows) or any(b < 1 for b in a.batch):
         ap.error(f"--rows must name some of {', '.join(ROWS)} and --batch sizes must be >= 1")
-    if (a.target is None) != (a.head is None):
-        ap.error("--target and --head go together (neither: the default pair)")
+    if a.target is not None and a.head is None:
+        ap.error("--target needs its --head (neither: the default pair; --head alone: the default target)")
     target, head = (Path(a.target).resolve(), Path(a.head).resolve()) if a.target else default_pair()
+    if a.head is not None:
+        head = Path(a.head).resolve()
+    method = "eagle3" if is_eagle3_folder(head) else "eagle"  # vLLM's drafting method for this head
     try:
         check_pair(target, head)  # before any child loads weights
     except ValueError as err:
@@ -176,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     capacity, ctx_topk = settings()
     prompts = prompt_ids(target, a.limit, a.random_prompt_len)
     longest = max(len(p) for p in prompts)
-    base = {"model": str(target), "head": str(head), "dtype": a.dtype, "prompts": prompts, "batches": a.batch,
+    base = {"model": str(target), "head": str(head), "method": method, "dtype": a.dtype, "prompts": prompts, "batches": a.batch,
             "max_new_tokens": a.max_new_tokens, "stop_token_ids": stop_ids(target),
             "num_speculative_tokens": a.num_speculative_tokens, "kv_cache_bytes": KV_CACHE_BYTES,
             "max_model_len": longest + a.max_new_tokens + a.num_speculative_tokens + 64}
@@ -186,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         results[row] = run_child(a.vllm_python, {**base, "row": row}, a.timeout)
         print(f"[{row}: {time.perf_counter() - t:.0f} s including start-up]", file=sys.stderr)
     info = {**next(iter(results.values()))["info"], "num_prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
-            "num_speculative_tokens": a.num_speculative_tokens, "capacity": capacity, "ctx_topk": ctx_topk}
+            "num_speculative_tokens": a.num_speculative_tokens, "capacity": capacity, "ctx_topk": ctx_topk,
+            "method": method}
     lines = compare_rows(results)
     print_table(lines, info)
     if a.json:
@@ -208,7 +215,7 @@ def child(request_path: Path, result_path: Path) -> int:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from nanospec.bench.peers.vllm_worker import counters, eagle_head_for_vllm, ACCEPTED
+    from nanospec.bench.peers.vllm_worker import ACCEPTED, counters, eagle3_head_for_vllm, eagle_head_for_vllm
     from nanospec.serving import vllm_plugin
 
     row = request["row"]
@@ -217,9 +224,10 @@ def child(request_path: Path, result_path: Path) -> int:
     spec = None
     if row != "plain":
         vllm_plugin.install_timers()
-        converted = request_path.parent / "eagle_head"
-        eagle_head_for_vllm(Path(request["head"]), converted)
-        spec = {"method": "eagle", "model": str(converted), "num_speculative_tokens": request["num_speculative_tokens"]}
+        method = request.get("method", "eagle")
+        converted = request_path.parent / f"{method}_head"  # a copy vLLM loads the same way (vllm_worker)
+        (eagle3_head_for_vllm if method == "eagle3" else eagle_head_for_vllm)(Path(request["head"]), converted)
+        spec = {"method": method, "model": str(converted), "num_speculative_tokens": request["num_speculative_tokens"]}
     on_cpu = not torch.cuda.is_available()
     dtype = request["dtype"] or ("float32" if on_cpu else "bfloat16")
     target = Path(request["model"])

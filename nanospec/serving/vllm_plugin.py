@@ -13,13 +13,17 @@ the entry point `nanospec_active_vocab` in pyproject.toml (or call `install()` y
 - `SpecDecodeBaseProposer.propose`: before drafting, one pass over the whole batch adds to each
   request's set every scheduled target token (the prompt at prefill; the verified chain afterwards),
   the target's top-k at every scheduled position (from `_sample`'s logits, else the LM head applied to
-  `target_hidden_states`) and the next token. Before that it records coverage: the share of the tokens
+  `target_hidden_states`; EAGLE-3 is handed other layers' states there, so its prompt positions add
+  their tokens without the top-k) and the next token. Before that it records coverage: the share of the tokens
   the target emitted (accepted drafts, which came from the set, and its own next token) that were in
   the set the chain was drafted from;
 - `SpecDecodeBaseProposer._greedy_sample`: the draft argmax over each request's active rows only, batched
   (one padded [B, W] id tensor, its LM-head rows gathered once per step, one bmm per drafted position);
 - `SpecDecodeBaseProposer.__init__`: refuses a head whose hidden size or vocabulary differs from the
   target's before any weight loads.
+
+An EAGLE-3 head drafts over the target's whole vocabulary here too (its own LM head, or the target's when
+it has none); a head with a pruned draft vocabulary (`d2t`) is left unchanged.
 
 vLLM's verification is untouched, so the output is vLLM's plain output; only acceptance can change.
 Per request the plugin keeps steps, mean active size and coverage in `REPORT` (request id -> dict); with
@@ -46,7 +50,8 @@ ENV_ENABLE = "NANOSPEC_VLLM_ACTIVE_VOCAB"    # "1": wrap vLLM's drafting (otherw
 ENV_CAPACITY = "NANOSPEC_VLLM_CAPACITY"      # ids kept per request (default: the engine's `capacity`)
 ENV_CTX_TOPK = "NANOSPEC_VLLM_CTX_TOPK"      # target top-k per scheduled position (default: `ctx_topk`)
 ENV_STATS = "NANOSPEC_VLLM_STATS"            # JSON file for REPORT, rewritten after every draft step
-METHODS = ("eagle",)                         # EAGLE-1/2: the drafter reads the target's final hidden states
+METHODS = ("eagle", "eagle3")               # vLLM's EAGLE-1/2 and EAGLE-3 drafting (full draft vocabulary)
+FINAL_HIDDEN = ("eagle",)                    # methods whose proposer is handed the target's final hidden states
 
 log = logging.getLogger("vllm.plugins.nanospec")  # under vLLM's logger: its handlers print it
 REPORT: dict[str, dict] = {}                 # request id -> {"steps", "active_sum", "covered", "checked", ...}
@@ -239,12 +244,14 @@ def _state(proposer, create: bool = False) -> "DraftVocab | None":
     if getattr(proposer, "method", None) not in METHODS or getattr(proposer, "use_heterogeneous_vocab", False) \
             or getattr(proposer, "use_local_argmax_reduction", False):
         proposer._nanospec_vocab = False  # never applies to this proposer
-        log.warning("NanoSpec active vocabulary: method %r not supported (EAGLE-1/2 only); drafting unchanged",
+        log.warning("NanoSpec active vocabulary: method %r not supported (EAGLE-1/2/3 over the full vocabulary "
+                    "only); drafting unchanged",
                     getattr(proposer, "method", None))
         return None
-    weight = proposer.model.lm_head.weight
+    weight = proposer.model.lm_head.weight  # the head's LM head (EAGLE-1/2 and a head without one: the target's)
     vocab = proposer.vllm_config.model_config.get_vocab_size()
-    state = DraftVocab(weight[:vocab], int(_installed["capacity"]), int(_installed["ctx_topk"]))
+    state = DraftVocab(weight[:vocab], int(_installed["capacity"]), int(_installed["ctx_topk"]),
+                       final_hidden=proposer.method in FINAL_HIDDEN)
     proposer._nanospec_vocab = state
     return state
 
@@ -254,8 +261,11 @@ def _state(proposer, create: bool = False) -> "DraftVocab | None":
 class DraftVocab:
     """The sets of every live request of one drafter, and the step being drafted."""
 
-    def __init__(self, weight: torch.Tensor, capacity: int, ctx_topk: int):
-        self.weight = weight  # [V, H] the (shared) LM head
+    def __init__(self, weight: torch.Tensor, capacity: int, ctx_topk: int, final_hidden: bool = True):
+        self.weight = weight  # [V, H] the draft LM head (EAGLE-1/2: the target's)
+        # whether propose's `target_hidden_states` are the target's final ones (EAGLE-1/2), so that the LM head
+        # applied to them gives the target's top-k where vLLM computed no logits; EAGLE-3's are other layers'
+        self.final_hidden = final_hidden
         self.ctx_topk = ctx_topk
         self.sets = ActiveSets(weight.shape[0], capacity, weight.device)
         self.batch: list[str] | None = None  # request id per batch row, set by the runner wrapper
@@ -280,8 +290,9 @@ class DraftVocab:
         n_tok = int(qsl[-1])
         counts = (qsl[1:] - qsl[:-1]).to(self.sets.device)
         tok_rows = torch.repeat_interleave(rows, counts, output_size=n_tok)  # [N]
-        top = self._scheduled_topk(qsl, hidden[:n_tok])  # [N, k]
-        cand = torch.cat([token_ids[:n_tok].to(torch.long).unsqueeze(1), top], 1).reshape(-1)
+        tokens = token_ids[:n_tok].to(self.sets.device, torch.long)
+        top = self._scheduled_topk(qsl, hidden[:n_tok], tokens)  # [N, k]
+        cand = torch.cat([tokens.unsqueeze(1), top], 1).reshape(-1)
         cand_rows = tok_rows.repeat_interleave(1 + self.ctx_topk)
         self.sets.add(torch.cat([cand_rows, rows]), torch.cat([cand, nxt]))
         # one host read per step: active sizes and coverage for the report, and the gather width
@@ -308,19 +319,26 @@ class DraftVocab:
         self._width = max(sizes) if sizes else 1
         self._cache = None
 
-    def _scheduled_topk(self, qsl: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    def _scheduled_topk(self, qsl: torch.Tensor, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """The target's top-k at every scheduled position: taken from its own logits where it computed them
         (the last drafts + 1 positions of each row), the LM head applied to the hidden states elsewhere
-        (prompt positions). Index arithmetic on the host, from host data (no device read)."""
+        (prompt positions; without final hidden states, EAGLE-3, the position's own token k times, which adds
+        nothing new). Index arithmetic on the host, from host data (no device read)."""
         stash, self.stash = self.stash, None
         n_tok, b = hidden.shape[0], qsl.shape[0] - 1
+
+        def elsewhere(at=None):
+            if not self.final_hidden:
+                return (tokens if at is None else tokens[at]).unsqueeze(1).expand(-1, self.ctx_topk)
+            return topk_ids(hidden if at is None else hidden[at], self.weight, self.ctx_topk)
+
         if stash is None or not self.padded:
-            return topk_ids(hidden, self.weight, self.ctx_topk)
+            return elsewhere()
         top_l, drafts = stash
         have = torch.tensor(drafts, dtype=torch.long) + 1 if drafts is not None else torch.ones(b, dtype=torch.long)
         counts = qsl[1:] - qsl[:-1]
         if have.shape[0] != b or top_l.shape[0] != int(have.sum()) or bool((have > counts).any()):
-            return topk_ids(hidden, self.weight, self.ctx_topk)  # not the layout this was written for
+            return elsewhere()  # not the layout this was written for
         # token index of each logits row: the last `have[i]` tokens of row i
         within = torch.arange(int(have.sum())) - torch.repeat_interleave(torch.cumsum(have, 0) - have, have)
         with_logits = torch.repeat_interleave(qsl[1:] - have, have) + within
@@ -332,7 +350,7 @@ class DraftVocab:
         top[with_logits.to(dev)] = top_l.to(dev, torch.long)
         if missing.numel():
             missing = missing.to(dev)
-            top[missing] = topk_ids(hidden[missing], self.weight, self.ctx_topk)
+            top[missing] = elsewhere(missing)
         return top
 
     def draft_argmax(self, h: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ the peer runs after this engine's rows, one child per kind:
 - `vllm:plain`  vLLM without speculation;
 - `vllm:ngram`  vLLM's n-gram (prompt-lookup) speculation;
 - `vllm:eagle`  vLLM's EAGLE drafting with this pair's own head (EAGLE-1/2, or EAGLE-3 as `eagle3`);
-- `vllm:nanospec`  the same EAGLE-1/2 drafting with NanoSpec's per-request active vocabulary inside vLLM
+- `vllm:nanospec`  the same EAGLE drafting with NanoSpec's per-request active vocabulary inside vLLM
   (`nanospec/serving/vllm_plugin.py`, installed in the child): its rows add mean active size and coverage.
 
 A kind may take the number of drafted tokens: `vllm:eagle:5` (default `DEFAULT_SPEC_TOKENS`).
@@ -241,8 +241,6 @@ def unsupported(spec: PeerSpec, target: PeerTarget) -> str | None:
     """Why `spec` cannot run on `target` (one line), or None."""
     if spec.kind in ("eagle", "nanospec") and target.head is None:
         return "needs a draft head; this pair has none"
-    if spec.kind == "nanospec" and target.head_family == "eagle3":
-        return "NanoSpec's vLLM plugin drafts with EAGLE-1/2 heads only (vLLM's EAGLE-3 drafting is left unchanged)"
     return None
 
 

@@ -83,6 +83,30 @@ def eagle_head_for_vllm(src: Path, dst: Path) -> list[str]:
     return notes
 
 
+def eagle3_head_for_vllm(src: Path, dst: Path) -> list[str]:
+    """Write `src` (an EAGLE-3 head in the published layout) as a head vLLM loads: vLLM builds no draft-to-target
+    map when the draft vocabulary is the target's whole vocabulary, and then refuses a `d2t` tensor. This
+    project's EAGLE-3 heads draft over the whole vocabulary and store identity maps (`d2t` all zero), so those
+    are dropped; a head with a pruned vocabulary keeps them. Returns one note per change."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((src / "config.json").read_text())
+    weights = load_file(src / "model.safetensors")
+    notes = []
+    d2t = weights.get("d2t")
+    full = int(config.get("draft_vocab_size") or config["vocab_size"]) == int(config["vocab_size"])
+    if full and (d2t is None or not bool(torch.any(d2t != 0))):
+        if {"d2t", "t2d"} & set(weights):
+            notes.append("identity d2t/t2d dropped (the head drafts over the whole vocabulary)")
+        weights.pop("d2t", None)
+        weights.pop("t2d", None)
+    dst.mkdir(parents=True, exist_ok=True)
+    (dst / "config.json").write_text(json.dumps(config, indent=2))
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(dst / "model.safetensors"))
+    return notes
+
+
 def speculative_config(request: dict, workdir: Path) -> tuple[dict | None, list[str]]:
     """vLLM's `speculative_config` for the request's kind, and notes on what was adapted."""
     kind, k = request["kind"], request["num_speculative_tokens"]
@@ -97,6 +121,10 @@ def speculative_config(request: dict, workdir: Path) -> tuple[dict | None, list[
         converted = workdir / "eagle_head"
         notes = eagle_head_for_vllm(head, converted)
         return {"method": "eagle", "model": str(converted), "num_speculative_tokens": k}, notes
+    if kind == "eagle3" and (head / "model.safetensors").is_file():
+        converted = workdir / "eagle3_head"
+        notes = eagle3_head_for_vllm(head, converted)
+        return {"method": "eagle3", "model": str(converted), "num_speculative_tokens": k}, notes
     return {"method": kind, "model": str(head), "num_speculative_tokens": k}, []
 
 
