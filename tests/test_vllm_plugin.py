@@ -107,6 +107,15 @@ def test_ctx_topk_matches_the_full_logits():
     assert torch.equal(topk_ids(hidden, weight, 3, chunk=4), (hidden @ weight.T).topk(3, dim=-1).indices)
 
 
+def _check_draft_argmax(state, w: torch.Tensor, reqs: list[str]) -> None:
+    """The batched draft argmax of each row equals the argmax over that request's set."""
+    hs = torch.randn(len(reqs), w.shape[1])
+    got = state.draft_argmax(hs)
+    for i, req in enumerate(reqs):
+        members = state.sets.members(state.sets.row_of[req])
+        assert int(got[i]) == members[int((hs[i] @ w[members].T).argmax())]
+
+
 def test_plugin_step_bookkeeping_without_vllm():
     """The plugin's per-step state with vLLM's inputs faked: Ctx from a prefill (top-k from the target's logits
     where it computed them, the LM head elsewhere), the batched draft argmax, coverage, freeing."""
@@ -128,11 +137,7 @@ def test_plugin_step_bookkeeping_without_vllm():
     for req, span, n in (("a", slice(0, 3), 7), ("b", slice(3, 8), 9)):
         want = set(tok[span].tolist()) | set(top[span].flatten().tolist()) | {n}
         assert set(state.sets.members(state.sets.row_of[req])) == want
-    hs = torch.randn(2, h)
-    got = state.draft_argmax(hs)
-    for i, req in enumerate("ab"):
-        members = state.sets.members(state.sets.row_of[req])
-        assert int(got[i]) == members[int((hs[i] @ w[members].T).argmax())]
+    _check_draft_argmax(state, w, ["a", "b"])
     state.end_step()
     # step 2: a emitted 3 tokens (2 accepted drafts) and its next token was in its set; b emitted 1, outside
     outside = next(i for i in range(v) if i not in state.sets.members(state.sets.row_of["b"]))
@@ -170,11 +175,7 @@ def test_eagle3_prefill_adds_the_targets_topk_only_where_vllm_computed_logits():
     for req, span, last, n in (("a", slice(0, 3), 0, 7), ("b", slice(3, 8), 1, 9)):
         want = set(tok[span].tolist()) | set(logits_top[last].tolist()) | {n}
         assert set(state.sets.members(state.sets.row_of[req])) == want
-    hs = torch.randn(2, h)
-    got = state.draft_argmax(hs)
-    for i, req in enumerate("ab"):
-        members = state.sets.members(state.sets.row_of[req])
-        assert int(got[i]) == members[int((hs[i] @ w[members].T).argmax())]
+    _check_draft_argmax(state, w, ["a", "b"])
     state.end_step()
     vp.REPORT.clear()
 
