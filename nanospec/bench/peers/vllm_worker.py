@@ -85,7 +85,8 @@ def eagle_head_for_vllm(src: Path, dst: Path) -> list[str]:
 
 def eagle3_head_for_vllm(src: Path, dst: Path) -> list[str]:
     """Write `src` (an EAGLE-3 head in the published layout) as a head vLLM loads: vLLM builds no draft-to-target
-    map when the draft vocabulary is the target's whole vocabulary, and then refuses a `d2t` tensor. This
+    map when the draft vocabulary is the target's whole vocabulary, and then refuses a `d2t` tensor
+    (`Eagle3LlamaForCausalLM.load_weights`: "There is no module or parameter named 'draft_id_to_target_id'"). This
     project's EAGLE-3 heads draft over the whole vocabulary and store identity maps (`d2t` all zero), so those
     are dropped; a head with a pruned vocabulary keeps them. Returns one note per change."""
     import torch
