@@ -400,11 +400,13 @@ class Explorer:
         shown: tuple = (None, None)  # table and chart so far; re-sent as plain values (see `streamed_outputs`)
         cpu_shares: dict[str, float] = {}  # method -> CPU share of its timed run
         peer_runs, peer_lines = [], []  # vLLM's rows, and a line per kind that did not run
+        engine, info = self.provider.get()
 
         def show(found=None, dtype=None) -> tuple[tuple, str]:
-            table = compare_table(summaries, greedy, peer_runs)
+            table = compare_table(summaries, greedy, peer_runs, info.vocab_size)
             shares = {**cpu_shares, **{r.name: r.info.get("cpu_share") for r in peer_runs}}
-            same = {r.name: metrics.identical_to_ar(r.outputs[0], summaries["ar"].output_ids) for r in peer_runs}
+            peer_rows = table.tail(len(peer_runs))  # the table's identity check of each vLLM row
+            same = dict(zip(peer_rows["method"], peer_rows["identical"]))
             notes = "".join(f"\n\n{line}" for line in [app_peers.measured_note(peer_runs), *peer_lines] if line)
             text = compare_verdict(summaries, greedy, found, dtype, same if greedy else None)
             return ((display_table(table), PlotData(type="plotly", plot=charts.compare_figure(table).to_json())),
@@ -433,7 +435,6 @@ class Explorer:
         if outside and not greedy:
             peer_lines = ["vLLM rows compare greedy outputs token for token: set temperature 0 to run them."]
         elif outside:
-            engine, info = self.provider.get()
             stop = threading.Event()  # set when the page's Stop closes this generator: the child is killed
             try:
                 for item in app_peers.run(outside, engine, info, engine.encode_prompt(prompt), base["max_new_tokens"],
@@ -509,9 +510,10 @@ class Explorer:
                          "each run after one untimed warm-up; tokens appear when their step finished.")
 
 
-def compare_table(summaries: dict[str, RunSummary], greedy: bool, peer_runs=()) -> pd.DataFrame:
-    """One row per method, then one per vLLM run (`PeerRun`s of one prompt), numeric (the figure reads it);
-    `display_table` formats it."""
+def compare_table(summaries: dict[str, RunSummary], greedy: bool, peer_runs=(),
+                  vocab_size: int | None = None) -> pd.DataFrame:
+    """One row per method, then one per vLLM run (`PeerRun`s of one prompt, whose active size is a share of
+    `vocab_size`), numeric (the figure reads it); `display_table` formats it."""
     ar = summaries.get("ar")
     rows = []
     for method, s in summaries.items():
@@ -522,13 +524,13 @@ def compare_table(summaries: dict[str, RunSummary], greedy: bool, peer_runs=()) 
             "draft_ms_per_step": s.draft_ms_per_step,
             "identical": metrics.identical_to_ar(s.output_ids, ar.output_ids, greedy) if ar is not None else None,
         })
-    vocab = next((s.mean_active / s.active_frac for s in summaries.values() if s.mean_active and s.active_frac), None)
     for run in peer_runs:
         active = run.info.get("mean_active")  # vllm:nanospec only
         rows.append({
             "method": run.name, "tokens": len(run.outputs[0]), "tokens_per_s": run.tokens_per_s[0],
             "speedup": metrics.speedup(run.tokens_per_s[0], ar.tokens_per_s if ar else None),
-            "tau": run.tau, "mean_active": active, "active_frac": active / vocab if active and vocab else None,
+            "tau": run.tau, "mean_active": active,
+            "active_frac": active / vocab_size if active and vocab_size else None,
             "coverage": run.info.get("coverage"), "draft_ms_per_step": math.nan,  # vLLM does not report it
             "identical": metrics.identical_to_ar(run.outputs[0], ar.output_ids, greedy) if ar is not None else None,
         })

@@ -170,9 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--rows must name some of {', '.join(ROWS)} and --batch sizes must be >= 1")
     if a.target is not None and a.head is None:
         ap.error("--target needs its --head (neither: the default pair; --head alone: the default target)")
-    target, head = (Path(a.target).resolve(), Path(a.head).resolve()) if a.target else default_pair()
-    if a.head is not None:
-        head = Path(a.head).resolve()
+    target, head = (Path(a.target).resolve(), None) if a.target else default_pair()
+    head = Path(a.head).resolve() if a.head else head  # --head alone: that head on the default target
     method = "eagle3" if is_eagle3_folder(head) else "eagle"  # vLLM's drafting method for this head
     try:
         check_pair(target, head)  # before any child loads weights
@@ -182,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     capacity, ctx_topk = settings()
     prompts = prompt_ids(target, a.limit, a.random_prompt_len)
     longest = max(len(p) for p in prompts)
-    base = {"model": str(target), "head": str(head), "method": method, "dtype": a.dtype, "prompts": prompts, "batches": a.batch,
+    base = {"model": str(target), "head": str(head), "method": method, "dtype": a.dtype, "prompts": prompts,
+            "batches": a.batch,
             "max_new_tokens": a.max_new_tokens, "stop_token_ids": stop_ids(target),
             "num_speculative_tokens": a.num_speculative_tokens, "kv_cache_bytes": KV_CACHE_BYTES,
             "max_model_len": longest + a.max_new_tokens + a.num_speculative_tokens + 64}
@@ -215,7 +215,7 @@ def child(request_path: Path, result_path: Path) -> int:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from nanospec.bench.peers.vllm_worker import ACCEPTED, counters, eagle3_head_for_vllm, eagle_head_for_vllm
+    from nanospec.bench.peers.vllm_worker import ACCEPTED, counters, head_for_vllm
     from nanospec.serving import vllm_plugin
 
     row = request["row"]
@@ -225,9 +225,8 @@ def child(request_path: Path, result_path: Path) -> int:
     if row != "plain":
         vllm_plugin.install_timers()
         method = request.get("method", "eagle")
-        converted = request_path.parent / f"{method}_head"  # a copy vLLM loads the same way (vllm_worker)
-        (eagle3_head_for_vllm if method == "eagle3" else eagle_head_for_vllm)(Path(request["head"]), converted)
-        spec = {"method": method, "model": str(converted), "num_speculative_tokens": request["num_speculative_tokens"]}
+        model, _ = head_for_vllm(method, Path(request["head"]), request_path.parent)  # as the compare peer does
+        spec = {"method": method, "model": model, "num_speculative_tokens": request["num_speculative_tokens"]}
     on_cpu = not torch.cuda.is_available()
     dtype = request["dtype"] or ("float32" if on_cpu else "bfloat16")
     target = Path(request["model"])

@@ -117,16 +117,22 @@ def speculative_config(request: dict, workdir: Path) -> tuple[dict | None, list[
         # the same lookup as transformers' prompt lookup in compare's `--prompt-lookup` row: the longest
         # match of the last 2 tokens, else of the last one
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 2, "prompt_lookup_min": 1}, []
-    head = Path(request["head"])
-    if kind == "eagle" and head.is_dir():
-        converted = workdir / "eagle_head"
-        notes = eagle_head_for_vllm(head, converted)
-        return {"method": "eagle", "model": str(converted), "num_speculative_tokens": k}, notes
-    if kind == "eagle3" and (head / "model.safetensors").is_file():
-        converted = workdir / "eagle3_head"
-        notes = eagle3_head_for_vllm(head, converted)
-        return {"method": "eagle3", "model": str(converted), "num_speculative_tokens": k}, notes
-    return {"method": kind, "model": str(head), "num_speculative_tokens": k}, []
+    model, notes = head_for_vllm(kind, Path(request["head"]), workdir)
+    return {"method": kind, "model": model, "num_speculative_tokens": k}, notes
+
+
+def head_for_vllm(method: str, head: Path, workdir: Path) -> tuple[str, list[str]]:
+    """What vLLM's `method` drafting ("eagle", "eagle3") should load for `head`, and notes on what was adapted:
+    a local head in this project's layout as a converted copy in `workdir` (`eagle_head_for_vllm`,
+    `eagle3_head_for_vllm`), anything else (a hub id) as it is."""
+    if method == "eagle" and head.is_dir():
+        convert = eagle_head_for_vllm
+    elif method == "eagle3" and (head / "model.safetensors").is_file():
+        convert = eagle3_head_for_vllm
+    else:
+        return str(head), []
+    converted = workdir / f"{method}_head"
+    return str(converted), convert(head, converted)
 
 
 def counters(llm) -> dict[str, float]:
