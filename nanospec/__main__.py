@@ -139,6 +139,20 @@ def _read_prompts(path: str | None, split: str | None) -> list:
     return [prompt_input(item) for item in load_prompts(path, split=split)]
 
 
+def _prompt_items(a, own_split: str | None = None) -> list[dict]:
+    """The prompts a benchmark command runs: `--prompts` (every line, unless `--split` is given) or the
+    project's set (`--split`, else `own_split`), cut to `--limit`. None left is an error that says why."""
+    from nanospec.data.prompts import load_prompts
+    split = a.split if a.split is not None or a.prompts is not None else own_split
+    items = load_prompts(a.prompts, split=split)
+    if not items:
+        where = a.prompts or "the project's prompt set"
+        splits = sorted({str(item.get("split")) for item in load_prompts(a.prompts)})
+        raise ValueError(f"no prompts to run: {where} has no prompt with split {split!r} (its splits: "
+                         f"{', '.join(splits) or 'none'}); drop --split to run every prompt of the file")
+    return items[: a.limit or None]
+
+
 def cmd_generate(a) -> int:
     if a.copy_branch and len(a.copy_branch) > 1:
         raise ValueError("generate takes one --copy-branch value")
@@ -172,13 +186,13 @@ def cmd_generate(a) -> int:
 
 def cmd_compare(a) -> int:
     from nanospec.bench.compare import by_category, compare, format_by_category, format_table, peak_memory_mb, resident_split_mb
-    from nanospec.data.prompts import load_prompts, prompt_input
+    from nanospec.data.prompts import prompt_input
     from nanospec.pair import missing_before_load
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise ValueError(f"--methods: unknown {bad}; allowed: {', '.join(METHODS)}")
-    items = load_prompts(a.prompts, split=a.split)[: a.limit or None]  # read once: messages and categories
+    items = _prompt_items(a)  # read once: messages and categories
     methods = _skip(methods, missing_before_load(methods, a.model, a.head, a.freq_table))  # before loading
     peer = _peer_before_load(a)
     engine, info = _load(a)
@@ -298,7 +312,8 @@ def cmd_sweep(a) -> int:
     engine, info = _load(a)
     _fill_defaults(a, engine.device)  # options left unset: this device's run defaults
     trees = parse_tree_settings(a.trees)
-    prompts = _read_prompts(a.prompts, a.split)[: a.limit or None]
+    from nanospec.data.prompts import prompt_input
+    prompts = [prompt_input(item) for item in _prompt_items(a, own_split="heldout")]
     table = sweep(engine, prompts, a.method, trees, _decode_options(a), progress=_prompt_progress, repeat=a.repeat,
                   copy_branches=a.copy_branches)
     print(file=sys.stderr)
@@ -359,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--trees", default="3x4x12,4x6x24,5x8x32", help="depth x top_k x total_tokens, comma-separated")
     w.add_argument("--method", default="nanospec", choices=[m for m in METHODS if m != "ar"])
     w.add_argument("--prompts", default=None, help="JSONL prompts (default: the project's prompt set)")
-    w.add_argument("--split", default="heldout", choices=["train", "heldout"], help="prompt split")
+    w.add_argument("--split", default=None, choices=["train", "heldout"],
+                   help="prompt split (default: heldout of the project's set; every prompt of a --prompts file)")
     w.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
     w.add_argument("--repeat", type=int, default=1)
     w.add_argument("--json", default=None, help="write the table as JSON")

@@ -123,3 +123,21 @@ def test_compare_cli_prints_a_warning_under_an_untrusted_table(tmp_path, monkeyp
     assert all({"trusted", "reasons", "repeats", "cpu_share", "ar_drift"} <= set(r["trust"]) for r in seen["rows"])
     assert "WARNING: nanospec: do not trust these figures" in out and "busy machine" in out
     assert out.index("WARNING") > out.index("speedup")  # under the table
+
+
+def test_sweep_runs_every_prompt_of_a_file_and_names_an_empty_selection(tmp_path, monkeypatch, capsys):
+    """A prompt file's own splits (here 'outside') are not the project's: sweep runs all of its lines unless
+    --split is given, and a split that keeps nothing is an error naming the file's splits, not a traceback."""
+    engine, info = tiny_loader(vocab=512, hidden=32, layers=1)(None)
+    monkeypatch.setattr(cli, "_load", lambda a: (engine, info))
+    path = tmp_path / "outside.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"o-{i}", "category": "writing", "split": "outside",
+                                          "prompt": f"the draft tree {i}"}) for i in range(2)) + "\n")
+    out_json = tmp_path / "sweep.json"
+    assert cli.main(["sweep", "--prompts", str(path), "--trees", "2x2x4", "--json", str(out_json), *ARGS]) == 0
+    assert "2 prompts" in capsys.readouterr().out
+    for command in ("sweep", "compare"):
+        assert cli.main([command, "--prompts", str(path), "--split", "heldout", *ARGS]) == 2
+        err = capsys.readouterr().err
+        assert "no prompts to run" in err and "split 'heldout'" in err and "its splits: outside" in err
+        assert "Traceback" not in err
