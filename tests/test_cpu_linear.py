@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from nanospec.config import METHODS, GenerationConfig
 from nanospec.loaders.cpu_linear import PackedLinear, onednn_linear_available, pack_linears
@@ -31,6 +32,26 @@ def test_packed_linear_matches_linear(bias, shape):
         want, got = lin(x), packed(x)
     assert got.shape == want.shape == (*shape[:-1], 40)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_one_row_takes_mkl_and_several_rows_the_packed_kernel(monkeypatch):
+    """One row (a plain decoding step) was as fast or faster on F.linear on every machine measured, so a
+    PackedLinear hands it there, bit for bit; several rows (a verified tree) take the packed kernel."""
+    if not onednn_linear_available():
+        pytest.skip("no oneDNN packed linear in this torch build")
+    torch.manual_seed(0)
+    lin = nn.Linear(24, 40)
+    packed = PackedLinear(lin)
+    calls = []
+    real = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda x, *a: calls.append(x.shape[0]) or real(x, *a))
+    with torch.inference_mode():
+        for shape in [(24,), (1, 24), (1, 1, 24)]:
+            x = torch.randn(*shape)
+            assert torch.equal(packed(x), F.linear(x, lin.weight, lin.bias))
+        assert calls == []
+        packed(torch.randn(1, 3, 24))
+    assert calls == [3]
 
 
 def test_packed_rows_is_a_matmul_with_the_rows():

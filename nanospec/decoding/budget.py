@@ -56,7 +56,7 @@ from nanospec.timing import MIN_CPU_SHARE, metered
 log = logging.getLogger("nanospec.decoding.budget")
 
 MATCH_ROWS = 4  # rows of the copy statistics, by the copy chain's match length: <= 1, 2, 3-4, 5+ tokens
-CURVE_VERSION = 2  # 2: every size from 1 to the largest tree (1: powers of two)
+CURVE_VERSION = 3  # 3: one-row linears on MKL (cpu_linear.py); 2: every size from 1 to the largest tree; 1: powers of two
 CONTEXT = 256          # cached positions before the verified tokens when the curve is measured
 REPEATS = 5
 BUSY_CHECK_S = 0.2     # a measurement shorter than this is too short to judge the machine's load by

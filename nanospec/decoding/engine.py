@@ -293,7 +293,8 @@ class SpecEngine:
                     tree = keep_nodes(tree, keep)
         L = state.length
         with timer.phase("verify_forward"):
-            mask = tree_attention_mask(tree.ancestors, L)                     # [1, 1, T, L + T]
+            # a lone root sees the whole prefix: the causal default, as in an `ar` step
+            mask = tree_attention_mask(tree.ancestors, L) if len(tree) > 1 else None  # [1, 1, T, L + T]
             pos = tree_position_ids(tree.depths, L)                         # [1, T]
             out = target_forward(self.model, tree.tokens[None], pos, state.cache, mask)
         with timer.phase("vocab_update"):
@@ -311,8 +312,9 @@ class SpecEngine:
                 on_path = torch.zeros(len(tree), dtype=torch.bool, device=self.device).index_fill_(0, keep, True)
                 enabled = tree.enabled if tree.enabled is not None else torch.ones_like(on_path)
                 budget.learn(tree, enabled, on_path)
-        with timer.phase("kv_compact"):
-            compact_cache(state.cache, L, keep)
+        if len(tree) > 1:  # a lone root's entry is already where it belongs
+            with timer.phase("kv_compact"):
+                compact_cache(state.cache, L, keep)
         with timer.phase("vocab_update"):
             added = vocab.commit(acc.proposal, acc.n_new)
         next_tokens = torch.cat([tree.tokens[keep[1:]], acc.bonus_dev])

@@ -2,9 +2,12 @@
 
 PyTorch's default fp32 `F.linear` on CPU goes to MKL's sgemm, which re-packs the weight on every
 call. For the few rows a verification tree or a draft level feeds (4 to ~24), that repacking
-dominates the matmul; a weight packed once for oneDNN avoids it, while one row costs about the
-same either way. `python -m nanospec.loaders.cpu_linear` measures both kernels on this machine
-(docs/benchmarks.md, "Linear kernels", has a run).
+dominates the matmul; a weight packed once for oneDNN avoids it. One row is the exception: there
+`F.linear` was as fast or faster on every machine measured (9% faster on an AMD EPYC, 32% on an
+Intel Xeon with AVX-512), so a `PackedLinear` hands single rows (a plain decoding step, a one-token
+drafter update) to `F.linear` and only several rows to the packed kernel.
+`python -m nanospec.loaders.cpu_linear` measures the kernels on this machine (docs/benchmarks.md,
+"Linear kernels", has runs).
 
 `pack_linears(module)` swaps every `nn.Linear` inside a module for a `PackedLinear` that keeps the
 original weight (so code that reads `.weight` -- tied embeddings, the drafter's LM-head rows --
@@ -67,6 +70,12 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return F.linear(x, self.weight, self.bias)  # the packed op has no backward
+        if x.numel() == self.in_features:
+            return F.linear(x, self.weight, self.bias)  # one row: MKL's kernel is as fast or faster (module doc)
+        return self.packed(x)
+
+    def packed(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ W.T + b on the packed weight, whatever the number of rows (inference only)."""
         lead = x.shape[:-1]
         bias = None if self.bias is None else self.bias.detach()
         y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features), self.packed_weight,
@@ -91,10 +100,10 @@ def pack_linears(module: nn.Module) -> int:
     return count
 
 
-def _sweep_ms(layers, x: torch.Tensor) -> float:
+def _sweep_ms(calls, x: torch.Tensor) -> float:
     t0 = time.perf_counter()
-    for layer in layers:
-        layer(x)
+    for call in calls:
+        call(x)
     return 1000 * (time.perf_counter() - t0)
 
 
@@ -110,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     out_f, in_f = (int(s) for s in a.shape.split("x"))
     torch.manual_seed(0)
     plain = [nn.Linear(in_f, out_f, bias=False).eval() for _ in range(a.layers)]
-    packed = [PackedLinear(layer) for layer in plain]
+    packed = [PackedLinear(layer).packed for layer in plain]  # the packed kernel itself, one row included
     print(f"{a.layers} x {out_f}x{in_f} fp32 weights ({a.layers * out_f * in_f * 4 / 1e6:.0f} MB), "
           f"{torch.get_num_threads()} threads; median ms per sweep over {a.repeats} interleaved repeats")
     with torch.inference_mode():
