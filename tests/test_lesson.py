@@ -639,3 +639,20 @@ def test_shipped_recording_names_no_machine_paths():
     text = gz.open(lc.LESSON_DIR / lesson_traces.RUNS_FILE, "rt").read()
     found = sorted(set(re.findall(r'"(/(?:root|home|tmp|work|Users|var)/[^"]*)"', text)))
     assert not found, f"absolute paths of the recording machine in the shipped bundle: {found}"
+
+
+def test_first_rejection_skips_steps_that_tried_nothing():
+    """A sampled run under the draft budget has plain steps, whose trial log tries no drafted token: the
+    sampling chapter opens at the first real rejection instead of failing on them."""
+    from types import SimpleNamespace
+
+    from app.lesson.chapters import first_rejection
+    trials = [{"step": 1, "levels": [{"tried": []}]},
+              {"step": 2, "levels": [{"tried": [{"accepted": False}]}]},
+              {"step": 3, "levels": [{"tried": [{"accepted": False}, {"accepted": True}]}]}]
+    run = SimpleNamespace(meta={"trials": trials}, events=[])
+    assert first_rejection(run) == 3
+    run.meta["trials"] = trials[:2]
+    assert first_rejection(run) == 2
+    run.meta["trials"] = trials[:1]
+    assert first_rejection(run) == 0  # nothing rejected, no decode step: the chapter opens at the start

@@ -45,7 +45,8 @@ def first_rejection(run: LessonRun) -> int:
     """The first sampled step where a drafted candidate was rejected before another was accepted (else the
     first step with any rejection, else the first decode step)."""
     trials = run.meta.get("trials") or []
-    tried = [(t["step"], t["levels"][0]["tried"]) for t in trials if t.get("levels")]
+    # a step that verified the root alone (the draft budget's plain step) tried nothing
+    tried = [(t["step"], t["levels"][0]["tried"]) for t in trials if t.get("levels") and t["levels"][0].get("tried")]
     for step, tries in tried:
         if len(tries) > 1 and tries[-1]["accepted"]:
             return step
