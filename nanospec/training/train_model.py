@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from nanospec.heads.head import EagleHead, head_config_from_target
-from nanospec.decoding.kv import new_cache
+from transformers import DynamicCache
 from nanospec.training.train_data import Sample
 
 
@@ -117,7 +117,8 @@ def unrolled_forward(head: EagleHead, embs: list[torch.Tensor], features: torch.
     b, t = features.shape[:2]
     dev = features.device
     pos = torch.arange(t, device=dev)[None].expand(b, t)
-    cache = new_cache()
+    # a plain concatenating cache: the engine's buffered one writes in place, which autograd cannot see through
+    cache = DynamicCache()
     preds = [head(embs[0], features, pos, cache, torch.ones(t, t, dtype=torch.bool, device=dev).tril()[None, None])]
     for j in range(2, len(embs) + 1):
         rows = t - j + 1
