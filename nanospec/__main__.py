@@ -203,7 +203,8 @@ def cmd_compare(a) -> int:
     options = _decode_options(a)
     table = compare(engine, prompts, methods, options, prompt_lookup=a.prompt_lookup,
                     progress=_prompt_progress, repeat=a.repeat, copy_branches=a.copy_branches,
-                    budgets=(False, True) if a.budget == "both" else (), peer=_peer_runner(peer, a, engine, info))
+                    budgets=(False, True) if a.budget == "both" else (), peer=_peer_runner(peer, a, engine, info),
+                    hf_generate=a.hf_generate)
     print(file=sys.stderr)
     print(f"target {info.target} (V={info.vocab_size}, H={info.hidden_size}) | head {info.head} ({info.head_family}) | "
           f"device {info.device} {info.dtype} | {len(prompts)} prompts x {a.repeat} | "
@@ -292,14 +293,14 @@ def _save_and_check(table: list[dict], a) -> int:
     """Write `--json`; exit code 1 if a speculative method's greedy output differs from ar in a way that
     the target's precision does not explain (any difference in fp32; in bf16/fp16 one that is not a
     near-tie: see precision.py)."""
-    from nanospec.bench.compare import exactness_notes
+    from nanospec.bench.compare import OUTSIDE_ROWS, exactness_notes
     if a.json:
         Path(a.json).write_text(json.dumps(table, indent=2))
     notes = exactness_notes(table)
     if notes:
         print("\n".join(notes), file=sys.stderr)
     if a.temperature == 0 and any(r.get("exactness") == "differs" for r in table
-                                  if r["method"] != "prompt_lookup" and not r.get("peer")):  # outside: reported only
+                                  if r["method"] not in OUTSIDE_ROWS and not r.get("peer")):  # outside: reported only
         print("ERROR: a speculative method's output differs from autoregressive decoding", file=sys.stderr)
         return 1
     return 0
@@ -357,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--methods", default=",".join(METHODS))
     c.add_argument("--prompt-lookup", type=int, default=0, metavar="N",
                    help="also run transformers' prompt-lookup decoding with N tokens (outside reference)")
+    c.add_argument("--hf-generate", action="store_true",
+                   help="also time transformers' own greedy generate() on the same model (outside reference for ar)")
     c.add_argument("--repeat", type=int, default=1)
     c.add_argument("--json", default=None, help="write the table as JSON")
     c.add_argument("--peer", default=None, metavar="vllm:KIND[,...]",

@@ -65,3 +65,16 @@ def test_compare_and_sweep_run_each_copy_branch_length(engine, prompts):
     rows = sweep(engine, repeating, "full", [(2, 2, 4)], {"max_new_tokens": 12}, copy_branches=(0, 2))
     assert [r["method"] for r in rows] == ["ar", "full 2x2x4", "full 2x2x4+copy2"]
     assert all(r["identical_to_ar"] is True for r in rows)
+
+
+def test_compare_times_transformers_generate_as_a_reference_row(engine, prompts):
+    """`hf_generate`: transformers' own greedy generate() on the same model, beside ar (same outputs at
+    temperature 0), reported but never counted as one of this engine's drafting methods."""
+    table = compare(engine, prompts[:2], ["nanospec"], {"max_new_tokens": 10, "stop_on_eos": False},
+                    hf_generate=True)
+    rows = {r["method"]: r for r in table}
+    assert set(rows) == {"ar", "nanospec", "hf_generate"}
+    hf = rows["hf_generate"]
+    assert hf["identical_to_ar"] is True and hf["n_prompts"] == 2 and hf["new_tokens"] == 20
+    assert hf["tokens_per_s"] > 0 and len(hf["per_prompt_speedup"]) == 2
+    assert hf["draft_ms_per_step"] is None and hf["mean_active"] is None

@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nanospec.config import METHODS, GenerationConfig
-from nanospec.loaders.cpu_linear import PackedLinear, onednn_linear_available, pack_linears
+from nanospec.loaders.cpu_linear import PackedLinear, mkl_packed_available, onednn_linear_available, pack_linears
 from nanospec.decoding.engine import SpecEngine
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
 from nanospec.vocab import ActiveVocab, FullVocab
@@ -34,24 +34,47 @@ def test_packed_linear_matches_linear(bias, shape):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_one_row_takes_mkl_and_several_rows_the_packed_kernel(monkeypatch):
+KERNEL_OPS = {"onednn": (torch.ops.mkldnn, "_linear_pointwise"), "mkl": (torch.ops.mkl, "_mkl_linear")}
+
+
+@pytest.mark.parametrize("kernel", ["mkl", "onednn"])
+def test_one_row_takes_mkl_and_several_rows_the_packed_kernel(monkeypatch, kernel):
     """One row (a plain decoding step) was as fast or faster on F.linear on every machine measured, so a
     PackedLinear hands it there, bit for bit; several rows (a verified tree) take the packed kernel."""
-    if not onednn_linear_available():
-        pytest.skip("no oneDNN packed linear in this torch build")
+    if kernel == "mkl" and not mkl_packed_available():
+        pytest.skip("no MKL packed sgemm in this torch build")
+    monkeypatch.setenv("NANOSPEC_PACKED_KERNEL", kernel)
     torch.manual_seed(0)
     lin = nn.Linear(24, 40)
     packed = PackedLinear(lin)
+    assert packed.kernel == kernel
     calls = []
-    real = torch.ops.mkldnn._linear_pointwise
-    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda x, *a: calls.append(x.shape[0]) or real(x, *a))
+    ns, name = KERNEL_OPS[kernel]
+    real = getattr(ns, name)
+    monkeypatch.setattr(ns, name, lambda x, *a: calls.append(x.shape[0]) or real(x, *a))
     with torch.inference_mode():
         for shape in [(24,), (1, 24), (1, 1, 24)]:
             x = torch.randn(*shape)
             assert torch.equal(packed(x), F.linear(x, lin.weight, lin.bias))
         assert calls == []
-        packed(torch.randn(1, 3, 24))
-    assert calls == [3]
+        y = packed(torch.randn(1, 3, 24))
+    assert calls == [3] and y.shape == (1, 3, 40)
+
+
+def test_mkl_packed_rows_do_not_depend_on_how_many_rows_come_with_them(monkeypatch):
+    """MKL's packed sgemm computes each row the same way whatever the row count (the reason it is the
+    several-row kernel, besides its speed): a node's logits do not change with the tree's size."""
+    if not mkl_packed_available():
+        pytest.skip("no MKL packed sgemm in this torch build")
+    monkeypatch.setenv("NANOSPEC_PACKED_KERNEL", "mkl")
+    torch.manual_seed(0)
+    packed = PackedLinear(nn.Linear(576, 1536))
+    x = torch.randn(24, 576)
+    with torch.inference_mode():
+        full = packed(x)
+        for n in (2, 3, 4, 9, 16):
+            assert torch.equal(packed(x[:n]), full[:n])
+            assert torch.equal(packed(x[n - 2:n]), full[n - 2:n])
 
 
 def test_packed_rows_is_a_matmul_with_the_rows():

@@ -41,3 +41,62 @@ def test_compacted_cache_equals_autoregressive_cache(tiny_pair):
 
     crop_cache(cache, n + 1)
     assert cache.get_seq_length() == n + 1
+
+
+def test_buffered_cache_grows_crops_and_matches_the_stock_cache(tiny_pair, monkeypatch):
+    """The engine's cache writes into a buffer (no copy of the whole cache per forward): past its first
+    capacity it grows, a crop only shortens the view, and every forward reads what the stock
+    concatenating cache would give it, bit for bit."""
+    from transformers import DynamicCache
+
+    from nanospec.decoding import kv
+
+    model, _ = tiny_pair
+    monkeypatch.setattr(kv, "MIN_CAPACITY", 8)  # force several regrowths on a short sequence
+    g = torch.Generator().manual_seed(3)
+    seq = torch.randint(0, 32000, (1, 30), generator=g).to(DEVICE)
+    ours, stock = new_cache(), DynamicCache()
+    assert isinstance(ours.layer_class_to_replicate(), kv.BufferedLayer)
+    pos = 0
+    for n in (5, 1, 4, 1, 1, 9, 3):  # prefill, then steps of mixed sizes
+        chunk, p = seq[:, pos:pos + n], torch.arange(pos, pos + n, device=DEVICE)[None]
+        a = target_forward(model, chunk, p, ours)
+        b = target_forward(model, chunk, p, stock)
+        assert torch.equal(a.logits, b.logits)
+        pos += n
+    layer = ours.layers[0]
+    assert ours.get_seq_length() == pos == layer.keys.shape[-2] and layer._kbuf.shape[-2] >= pos
+    crop_cache(ours, 20)
+    assert ours.get_seq_length() == 20 and torch.equal(ours.layers[0].keys, stock.layers[0].keys[..., :20, :])
+    buffer = layer._kbuf
+    a = target_forward(model, seq[:, 20:22], torch.arange(20, 22, device=DEVICE)[None], ours)
+    assert layer._kbuf is buffer  # written in place, not reallocated
+    crop_cache(stock, 20)
+    b = target_forward(model, seq[:, 20:22], torch.arange(20, 22, device=DEVICE)[None], stock)
+    assert torch.equal(a.logits, b.logits)
+
+
+def test_tree_attention_equals_stock_sdpa_bit_for_bit(tiny_pair):
+    """Grouped heads under a tree mask in one kernel call (attention.py) give the stock sdpa path's
+    result exactly, on the tiny pair's grouped-query target."""
+    import copy
+
+    from nanospec.decoding.attention import TREE_SDPA, use_tree_attention
+
+    model, _ = tiny_pair
+    assert model.config.num_key_value_heads < model.config.num_attention_heads  # the case it changes
+    stock, ours = copy.deepcopy(model), copy.deepcopy(model)
+    stock.config._attn_implementation = "sdpa"  # the session's model may already have been switched by an engine
+    assert use_tree_attention(ours.config) and ours.config._attn_implementation == TREE_SDPA
+    g = torch.Generator().manual_seed(9)
+    prompt = torch.randint(0, 32000, (1, 11), generator=g).to(DEVICE)
+    parents = torch.tensor([-1, 0, 0, 1, 2, 2, 4, 3], device=DEVICE)
+    tokens = torch.randint(0, 32000, (1, 8), generator=g).to(DEVICE)
+    anc, n = ancestor_mask(parents), prompt.shape[1]
+    outs = []
+    for m in (stock, ours):
+        cache = new_cache()
+        target_forward(m, prompt, torch.arange(n, device=DEVICE)[None], cache)
+        outs.append(target_forward(m, tokens, tree_position_ids(depths_from_parents(parents), n), cache,
+                                   tree_attention_mask(anc, n)).logits)
+    assert torch.equal(outs[0], outs[1])

@@ -55,7 +55,7 @@ def row_name(base: str, copy_branch: int | None = None, budget: bool | None = No
 
 def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict,
             prompt_lookup: int = 0, progress=None, repeat: int = 1, copy_branches: tuple[int, ...] = (),
-            budgets: tuple[bool, ...] = (), peer=None) -> list[dict]:
+            budgets: tuple[bool, ...] = (), peer=None, hf_generate: bool = False) -> list[dict]:
     """Run `methods` (ar first, added if missing) on every prompt; return one dict per method.
 
     `copy_branches`: run every tree method once per copy-branch length N (row `method+copyN`,
@@ -63,7 +63,9 @@ def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict
     `budgets`: run every tree method with the draft budget off and/or on (row `method+budget` when
     on and both are asked for); empty = `options`' own `budget`.
     `peer`: an outside engine (`bench.peers.VllmPeer`), called once with every prompt's token ids after
-    this engine's runs; its rows (`PeerRun`s) join the table with the same identity check against ar."""
+    this engine's runs; its rows (`PeerRun`s) join the table with the same identity check against ar.
+    `hf_generate`: also time transformers' own greedy `generate()` on the same model (row `hf_generate`), so
+    a reader sees how `ar` compares with the library's plain decoding."""
     methods = ["ar"] + [m for m in methods if m != "ar"]
     configs = {}
     for m in methods:
@@ -72,7 +74,7 @@ def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict
                 opts = options if n is None else {**options, "copy_branch": n}
                 opts = opts if b is None else {**opts, "budget": b}
                 configs[row_name(m, n, b)] = GenerationConfig.build(m, **opts)
-    return _interleaved(engine, prompts, configs, prompt_lookup, progress, repeat, peer)
+    return _interleaved(engine, prompts, configs, prompt_lookup, progress, repeat, peer, hf_generate)
 
 
 def sweep(engine: SpecEngine, prompts: list, method: str, trees: list[tuple[int, int, int]], options: dict,
@@ -98,8 +100,11 @@ def parse_tree_settings(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
+OUTSIDE_ROWS = ("prompt_lookup", "hf_generate")  # transformers' own decoding: references, not this engine's
+
+
 def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, GenerationConfig], prompt_lookup: int,
-                 progress, repeat: int, peer=None) -> list[dict]:
+                 progress, repeat: int, peer=None, hf_generate: bool = False) -> list[dict]:
     """Every config on every prompt, interleaved per prompt after one warm-up each; "ar" is the reference."""
     for cfg in configs.values():
         cfg.validate()
@@ -107,6 +112,9 @@ def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, Generatio
     rows = {name: MethodRows(name, [], [], [], []) for name in configs}
     if prompt_lookup:
         rows["prompt_lookup"] = MethodRows("prompt_lookup", [], [], [], [])
+    if hf_generate:
+        rows["hf_generate"] = MethodRows("hf_generate", [], [], [], [])
+        _record_generate(MethodRows("warm-up", [], [], [], []), engine, ids[0], configs["ar"], 0, 4)
     for cfg in configs.values():  # warm-up (allocators, kernels), excluded
         engine.generate(ids[0], dataclasses.replace(cfg, max_new_tokens=4))
     total = len(ids) * repeat
@@ -121,7 +129,9 @@ def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, Generatio
                 busy[name][1] += meter.wall_s
                 _record(rows[name], result)
             if prompt_lookup:
-                _record_lookup(rows["prompt_lookup"], engine, p, configs["ar"], prompt_lookup)
+                _record_generate(rows["prompt_lookup"], engine, p, configs["ar"], prompt_lookup)
+            if hf_generate:
+                _record_generate(rows["hf_generate"], engine, p, configs["ar"], 0)
             done += 1
             if progress:
                 progress(done, total)
@@ -182,16 +192,17 @@ def _record(row: MethodRows, result) -> None:
 
 
 @torch.inference_mode()
-def _record_lookup(row: MethodRows, engine: SpecEngine, prompt_ids: list[int], cfg: GenerationConfig,
-                   n_lookup: int) -> None:
-    """transformers' own prompt-lookup decoding on the same target, as an outside reference."""
+def _record_generate(row: MethodRows, engine: SpecEngine, prompt_ids: list[int], cfg: GenerationConfig,
+                     n_lookup: int, max_new_tokens: int | None = None) -> None:
+    """transformers' own greedy `generate()` on the same target, with prompt-lookup decoding of `n_lookup`
+    tokens (0: plain greedy decoding), as an outside reference."""
     model = engine.model
     inp = torch.tensor([prompt_ids], device=engine.device)
     eos = sorted(engine.eos_token_ids) or None
+    lookup = {"prompt_lookup_num_tokens": n_lookup} if n_lookup else {}
     t0 = time.perf_counter()
-    out = model.generate(inp, attention_mask=torch.ones_like(inp), max_new_tokens=cfg.max_new_tokens,
-                         do_sample=False, prompt_lookup_num_tokens=n_lookup, eos_token_id=eos,
-                         pad_token_id=eos[0] if eos else None)
+    out = model.generate(inp, attention_mask=torch.ones_like(inp), max_new_tokens=max_new_tokens or cfg.max_new_tokens,
+                         do_sample=False, eos_token_id=eos, pad_token_id=eos[0] if eos else None, **lookup)
     wall = time.perf_counter() - t0
     gen = out[0, inp.shape[1]:].tolist()
     row.tps.append(metrics.tokens_per_s(len(gen), wall))
@@ -208,7 +219,7 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
     table = []
     for name, r in rows.items():
         speedups = [metrics.speedup(a, b) for a, b in zip(r.tps, ar.tps) if b > 0]
-        drafts = name not in ("ar", "prompt_lookup") and r.peer is None
+        drafts = name != "ar" and name not in OUTSIDE_ROWS and r.peer is None
         mean_active = metrics.mean_active(r.active)
         peer_active = r.peer.get("mean_active") if r.peer else None  # vLLM with NanoSpec's plugin
         table.append({

@@ -51,12 +51,13 @@ import torch
 
 from nanospec.decoding.copy_branch import BOTH, COPY, HEAD, PAD
 from nanospec.decoding.tree import DraftTree
+from nanospec.loaders.cpu_linear import packed_kernel
 from nanospec.timing import MIN_CPU_SHARE, metered
 
 log = logging.getLogger("nanospec.decoding.budget")
 
 MATCH_ROWS = 4  # rows of the copy statistics, by the copy chain's match length: <= 1, 2, 3-4, 5+ tokens
-CURVE_VERSION = 3  # 3: one-row linears on MKL (cpu_linear.py); 2: every size from 1 to the largest tree; 1: powers of two
+CURVE_VERSION = 4  # 4: several rows on MKL packed sgemm, tree attention without KV copies, buffered KV cache; 3: one-row linears on MKL (cpu_linear.py); 2: every size from 1 to the largest tree; 1: powers of two
 CONTEXT = 256          # cached positions before the verified tokens when the curve is measured
 REPEATS = 5
 BUSY_CHECK_S = 0.2     # a measurement shorter than this is too short to judge the machine's load by
@@ -141,7 +142,8 @@ def curve_key(model, device: torch.device, packed: bool) -> dict:
     return {"version": CURVE_VERSION, "model": str(getattr(cfg, "_name_or_path", "") or type(model).__name__),
             "config": hashlib.sha256(conf.encode()).hexdigest()[:16], "dtype": str(next(model.parameters()).dtype),
             "device": f"{dev.type}:{name}", "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "packed": packed}
+            "packed": packed_kernel() if packed else False,
+            "attention": str(getattr(model.config, "_attn_implementation", ""))}
 
 
 def curve_sizes(max_nodes: int) -> list[int]:

@@ -10,6 +10,7 @@ acceptance and the step events are in `bookkeeping.py`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 import weakref
 from collections.abc import Callable, Generator
@@ -22,7 +23,8 @@ from nanospec.options import run_defaults
 from nanospec.decoding.bookkeeping import accept_step, single_node_event, spec_event
 from nanospec.decoding.budget import CostCurve, DraftBudget, load_or_measure
 from nanospec.decoding.copy_branch import PAD, CopyBranch
-from nanospec.loaders.cpu_linear import PackedLinear
+from nanospec.loaders.cpu_linear import PackedLinear, kernel_summary
+from nanospec.loaders.fused_norm import fuse_rms_norms
 from nanospec.loaders.cpu_linear import pack_linears as pack_modules
 from nanospec.drafters.base import Drafter
 from nanospec.heads.draft_vocab import DraftVocab, needs_mapping
@@ -32,6 +34,7 @@ from nanospec.events import StepEvent
 from nanospec.heads.features import FeatureRecorder
 from nanospec.heads.head import EagleHead, check_head_matches, check_head_placement
 from nanospec.heads.head3 import Eagle3Head, check_eagle3_head
+from nanospec.decoding.attention import use_tree_attention
 from nanospec.decoding.kv import compact_cache, new_cache
 from nanospec.decoding.run import Run, RunResult
 from nanospec.timing import PhaseTimer, sync
@@ -40,6 +43,8 @@ from nanospec.decoding import transfer
 from nanospec.decoding.accept import sample_token
 from nanospec.decoding.verify import check_attention_supported, greedy_token, target_forward, warp_probs
 from nanospec.vocab import VocabPolicy, build_vocab
+
+logger = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 512  # positions per LM-head chunk when collecting Ctx top-k at prefill
 
@@ -90,10 +95,19 @@ class SpecEngine:
         # fp32 on CPU: pre-pack every linear weight for oneDNN, in place (cpu_linear.py); the
         # target, the head and the full/static drafter LM heads all get it, so no method gains
         # from a kernel another lacks. Elsewhere (CUDA, half precision) nothing changes.
-        self.packed_linears = 0
+        self.packed_linears = self.fused_norms = 0
         if pack_linears:
             self.packed_linears = pack_modules(model) + (pack_modules(head) if head is not None else 0)
+            # RMS norms on the fused kernel where it gives the same numbers bit for bit (fused_norm.py)
+            self.fused_norms = fuse_rms_norms(model) + (fuse_rms_norms(head) if head is not None else 0)
         self.device = next(model.parameters()).device
+        if self.device.type == "cpu":  # grouped heads without copying the cache under a tree mask (attention.py)
+            use_tree_attention(model.config)
+            if head is not None and hasattr(head, "config"):
+                use_tree_attention(head.config)
+        self.kernels = (f"{kernel_summary(self.packed_linears, self.device)}; {self.fused_norms} fused RMS norms; "
+                        f"attention: {getattr(model.config, '_attn_implementation', '?')}")
+        logger.info("decoding on %s: %s", self.device, self.kernels)  # which path, said once per engine
         self.lm_head_weight = model.get_output_embeddings().weight  # [V, H]
         self.vocab_size = self.lm_head_weight.shape[0]
         self.frequent_ids = frequent_ids

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-
+from nanospec.decoding.attention import takes_bool_mask
 
 
 @dataclass
@@ -53,8 +53,7 @@ def model_mask(mask: torch.Tensor | None, model, dtype: torch.dtype) -> torch.Te
     """Bool [1,1,q,kv] (True = attend) -> the form the model's attention implementation reads."""
     if mask is None:
         return None
-    impl = getattr(model.config, "_attn_implementation", "sdpa")
-    if impl == "sdpa":
+    if takes_bool_mask(getattr(model.config, "_attn_implementation", "sdpa")):
         return mask
     # eager & friends add the mask to the scores.
     out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)

@@ -1,17 +1,20 @@
-"""Linear layers with weights pre-packed once for oneDNN: the fast fp32 CPU path for decoding.
+"""Linear layers with weights pre-packed once: the fast fp32 CPU path for decoding.
 
 PyTorch's default fp32 `F.linear` on CPU goes to MKL's sgemm, which re-packs the weight on every
 call. For the few rows a verification tree or a draft level feeds (4 to ~24), that repacking
-dominates the matmul; a weight packed once for oneDNN avoids it. One row is the exception: there
-`F.linear` was as fast or faster on every machine measured (9% faster on an AMD EPYC, 32% on an
-Intel Xeon with AVX-512), so a `PackedLinear` hands single rows (a plain decoding step, a one-token
-drafter update) to `F.linear` and only several rows to the packed kernel.
-`python -m nanospec.loaders.cpu_linear` measures the kernels on this machine (docs/benchmarks.md,
-"Linear kernels", has runs).
+dominates the matmul; a weight packed once avoids it. Two packed kernels exist in PyTorch's CPU build:
+MKL's packed sgemm (`torch.ops.mkl._mkl_linear`, what Inductor's freezing uses) and oneDNN's
+(`torch.ops.mkldnn._linear_pointwise`). MKL's is the one used where it exists: on an Intel Xeon with
+AVX-512 it was 1.1-1.2x faster than oneDNN's at 4-16 rows, its per-call overhead is lower, and a row's
+result does not depend on how many rows come with it (tested). One row is the exception: there
+`F.linear` was as fast or faster on every machine measured, so a `PackedLinear` hands single rows (a
+plain decoding step, a one-token drafter update) to `F.linear` and only several rows to the packed
+kernel. `python -m nanospec.loaders.cpu_linear` measures the kernels on this machine
+(docs/benchmarks.md, "Linear kernels", has runs).
 
 `pack_linears(module)` swaps every `nn.Linear` inside a module for a `PackedLinear` that keeps the
 original weight (so code that reads `.weight` -- tied embeddings, the drafter's LM-head rows --
-sees the same tensor) and adds the packed copy. Only fp32 on an x86-64 CPU, only where the oneDNN ops exist,
+sees the same tensor) and adds the packed copy. Only fp32 on an x86-64 CPU, only where the ops exist,
 and only for inference: with autograd recording it falls back to `F.linear`. Results equal
 `F.linear`'s up to float rounding (a different summation order), like any change of BLAS kernel.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import platform
 import statistics
 import time
@@ -44,6 +48,38 @@ def onednn_linear_available() -> bool:
         return False
 
 
+@functools.cache
+def mkl_packed_available() -> bool:
+    """True when this torch build has MKL's packed sgemm (`torch.ops.mkl._mkl_linear`) on x86-64 and it
+    computes a small product right."""
+    if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkl.is_available():
+        return False
+    try:
+        w = torch.ones(4, 8)
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(w, 2)
+        y = torch.ops.mkl._mkl_linear(torch.ones(2, 8), packed, w, None, 2)
+        return bool(torch.allclose(y, torch.full((2, 4), 8.0)))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def packed_kernel() -> str:
+    """The kernel several rows go to: MKL's packed sgemm where it exists, else oneDNN's (override for a
+    measurement with NANOSPEC_PACKED_KERNEL=onednn)."""
+    choice = os.environ.get("NANOSPEC_PACKED_KERNEL", "")
+    if choice == "onednn" or not mkl_packed_available():
+        return "onednn"
+    return "mkl"
+
+
+def kernel_summary(packed: int, device: torch.device | str = "cpu") -> str:
+    """One line saying which linear kernels decoding runs on (what the engine logs once, and benchmarks print)."""
+    if torch.device(device).type != "cpu" or not packed:
+        return "linears: PyTorch's default kernel for every row count"
+    several = "MKL's packed sgemm" if packed_kernel() == "mkl" else "oneDNN's packed kernel"
+    return f"linears: one row on PyTorch's F.linear, several rows on {several} ({packed} layers packed)"
+
+
 def can_pack(weight: torch.Tensor) -> bool:
     return weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_linear_available()
 
@@ -56,8 +92,13 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight  # the same Parameter: tied weights stay tied
         self.bias = linear.bias
+        self.kernel = packed_kernel()
         with torch.no_grad():
-            packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
+            w = linear.weight.detach()
+            if self.kernel == "mkl":  # MKL's packed format does not depend on the row count it is called with
+                packed = torch.ops.mkl._mkl_reorder_linear_weight(w, 16)
+            else:
+                packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
         self.register_buffer("packed_weight", packed, persistent=False)
 
     @classmethod
@@ -78,8 +119,11 @@ class PackedLinear(nn.Module):
         """x @ W.T + b on the packed weight, whatever the number of rows (inference only)."""
         lead = x.shape[:-1]
         bias = None if self.bias is None else self.bias.detach()
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features), self.packed_weight,
-                                               bias, "none", [], "")  # [N, out]
+        rows = x.reshape(-1, self.in_features)                                  # [N, in]
+        if self.kernel == "mkl":
+            y = torch.ops.mkl._mkl_linear(rows, self.packed_weight, self.weight.detach(), bias, rows.shape[0])
+        else:
+            y = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, bias, "none", [], "")  # [N, out]
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
@@ -119,18 +163,22 @@ def main(argv: list[str] | None = None) -> int:
     out_f, in_f = (int(s) for s in a.shape.split("x"))
     torch.manual_seed(0)
     plain = [nn.Linear(in_f, out_f, bias=False).eval() for _ in range(a.layers)]
-    packed = [PackedLinear(layer).packed for layer in plain]  # the packed kernel itself, one row included
+    kernels = {"F.linear": plain}
+    for name in ("mkl", "onednn") if mkl_packed_available() else ("onednn",):
+        os.environ["NANOSPEC_PACKED_KERNEL"] = name
+        kernels[name] = [PackedLinear(layer).packed for layer in plain]  # the packed kernel itself, one row included
     print(f"{a.layers} x {out_f}x{in_f} fp32 weights ({a.layers * out_f * in_f * 4 / 1e6:.0f} MB), "
           f"{torch.get_num_threads()} threads; median ms per sweep over {a.repeats} interleaved repeats")
     with torch.inference_mode():
         for rows in (int(r) for r in a.rows.split(",")):
             x = torch.randn(rows, in_f)
-            times = {"F.linear": [], "packed": []}
-            for _ in range(a.repeats):  # interleaved, so machine noise hits both alike
-                times["F.linear"].append(_sweep_ms(plain, x))
-                times["packed"].append(_sweep_ms(packed, x))
-            lin, pk = (statistics.median(v) for v in times.values())
-            print(f"  {rows:3d} rows: F.linear {lin:7.2f} ms   packed {pk:7.2f} ms   ratio {pk / lin:.2f}")
+            times = {name: [] for name in kernels}
+            for _ in range(a.repeats):  # interleaved, so machine noise hits every kernel alike
+                for name, calls in kernels.items():
+                    times[name].append(_sweep_ms(calls, x))
+            med = {name: statistics.median(v) for name, v in times.items()}
+            print(f"  {rows:3d} rows: " + "   ".join(f"{name} {ms:7.2f} ms" for name, ms in med.items())
+                  + "   ratio to F.linear " + " ".join(f"{med[n] / med['F.linear']:.2f}" for n in med if n != "F.linear"))
     return 0
 
 
