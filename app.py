@@ -17,6 +17,7 @@ from app.decoding import lower_server_priority
 from app import zerogpu
 from app.models import pair_loader
 from app.pairs import PairProvider, preset_provider
+from app.poll.routes import poll_app_kwargs
 from app.trace import MAX_UPLOAD_BYTES
 from app.ui import build_app
 
@@ -54,7 +55,9 @@ def main(argv: list[str] | None = None) -> None:
         demo = build_app(tiny_loader(), device_hint=args.device)
     else:
         demo = build_app(provider=startup_provider(args))
-    demo.launch(server_name=args.host, server_port=args.port, max_file_size=MAX_UPLOAD_BYTES)
+    # the class poll's phone pages (/poll/<code>) are plain routes of the same server (app/poll/routes.py)
+    demo.launch(server_name=args.host, server_port=args.port, max_file_size=MAX_UPLOAD_BYTES,
+                app_kwargs=poll_app_kwargs())
 
 
 def startup_provider(args: argparse.Namespace) -> PairProvider:

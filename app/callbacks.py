@@ -213,6 +213,10 @@ class Explorer:
                 break
             yield tuple(note if name == "kpis" else gr.skip() for name in LIVE_OUTPUTS)
         view.meta["pair"] = asdict(info)
+        note = long_prompt_note(engine, prompt)
+        if note:  # said before the prefill starts, and kept under the KPIs while the run lasts
+            view.meta["prompt_note"] = note
+            yield tuple(prompt_note_html(note) if name == "kpis" else gr.skip() for name in LIVE_OUTPUTS)
         decoder = TokenDecoder(engine.tokenizer)
         pump = live.pump = self._pump(self._decode(prompt, options))
         if live.stop_requested.is_set():  # Stop came while the model loaded
@@ -279,6 +283,8 @@ class Explorer:
         kpis += charts.budget_html(view.events, view.meta.get("cost_curve"), "replayed_from" in view.meta)
         if view.stopped:
             kpis += stopped_note(view)
+        if view.meta.get("prompt_note"):
+            kpis += prompt_note_html(view.meta["prompt_note"])
         skip = gr.skip()
         out = {"answer": answer, "kpis": kpis, "step": skip, "view": view, "csv": skip, "json": skip,
                "pair": pair if pair is not None else skip, **{name: skip for name in PLOTS}}
@@ -622,3 +628,24 @@ def compare_verdict(summaries: dict[str, RunSummary], greedy: bool, divergences:
                   "identical to `ar` in fp32." + details)
     return (f"### ✗ Output differs from autoregressive at temperature 0: {', '.join(diff)}"
             + (f" (identical: {', '.join(same)})" if same else "") + details)
+
+
+LONG_PROMPT_TOKENS = 1_000  # a prompt this long (after the chat template) gets a word about its prefill
+
+
+def long_prompt_note(engine, prompt) -> str | None:
+    """A line for a long prompt: its length in tokens and that the prefill (one target forward over all of
+    them, before the first answer token) is slow; None for a prompt of ordinary length."""
+    try:
+        n = len(engine.encode_prompt(prompt))
+    except Exception:  # noqa: BLE001 — the run itself reports a prompt it cannot encode
+        return None
+    if n < LONG_PROMPT_TOKENS:
+        return None
+    return (f"Long prompt: {n:,} tokens. The prefill reads all of them in one target forward before the first "
+            "answer token (seconds to minutes on a CPU), and every later step attends over them, so tokens/s "
+            "with prefill is low.")
+
+
+def prompt_note_html(note: str) -> str:
+    return f'<p class="prompt-note" id="prompt-note" style="margin:6px 2px">⚠ {html.escape(note)}</p>'

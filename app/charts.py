@@ -22,22 +22,70 @@ from nanospec import metrics
 from nanospec.events import ACCEPT_SOURCES
 from nanospec.timing import DRAFT_PHASES, PHASES
 
-# token origins (`nanospec.metrics.ORIGINS`), as shown in the answer's legend
-ACCEPTED = "drafted by the head"
-COPIED = "copied from the context (copy chain)"
-BOTH = "drafted by the head and the copy chain"
-BONUS = "target's own token (bonus)"
-VOCAB_MISS = "target's token outside the active set (vocab miss)"
+# token origins (`nanospec.metrics.ORIGINS`), as named everywhere on the page (answer legend, tree, lesson) and in
+# the README: an *accepted draft token* (by the source that drafted it), a *bonus token*, a *vocab miss*
+ACCEPTED = "accepted draft token, drafted by the head"
+COPIED = "accepted draft token, copied from the context (copy chain)"
+BOTH = "accepted draft token, drafted by the head and the copy chain"
+BONUS = "bonus token: the target's own next token"
+VOCAB_MISS = "vocab miss: the target's token was outside the active set"
 ORIGIN_LABELS = {metrics.ORIGIN_HEAD: ACCEPTED, metrics.ORIGIN_COPY: COPIED, metrics.ORIGIN_BOTH: BOTH,
                  metrics.ORIGIN_BONUS: BONUS, metrics.ORIGIN_VOCAB_MISS: VOCAB_MISS}
 ORIGIN_COLORS = {ACCEPTED: "#2e9d5b", COPIED: "#b5479b", BOTH: "#13928f", BONUS: "#3b6fd8", VOCAB_MISS: "#d64545"}
-ORIGIN_SHORT = {ACCEPTED: "head", COPIED: "copy chain", BOTH: "head + copy", BONUS: "bonus (target)",
+ORIGIN_SHORT = {ACCEPTED: "accepted draft", COPIED: "accepted draft (copy chain)",
+                BOTH: "accepted draft (head + copy)", BONUS: "bonus token",
                 VOCAB_MISS: "vocab miss"}  # the answer legend's words; the full label is the hover text
-PHASE_COLORS = {  # draft phases warm, target/bookkeeping phases cool
-    "draft_layers": "#e8743b", "lm_head": "#f2b134", "gather_wait": "#c0504d", "topk": "#f7d488",
-    "copy_lookup": "#d98cb3", "tree_build": "#9b7fc7", "verify_forward": "#3b6fd8", "accept": "#5bc0de",
-    "kv_compact": "#7f8c8d", "vocab_update": "#2e9d5b", "budget": "#b8b0a2",
+# the tree's node kinds, in the same words
+TREE_ACCEPTED, TREE_REJECTED, TREE_BONUS = "accepted draft token", "rejected draft token", "bonus token"
+
+# The engine's phases (`nanospec.timing.PHASES`, the data keys) as the page names them: a plain name, the
+# group it belongs to and what it is (the hover). Groups follow the metric: drafting = draft time
+# (`DRAFT_PHASES`), verification = the target's forward and the acceptance rule, bookkeeping = the rest.
+PHASE_GROUPS = ("drafting", "verification", "bookkeeping")
+
+
+@dataclass(frozen=True)
+class PhaseName:
+    name: str
+    group: str
+    about: str
+
+
+PHASE_NAMES = {
+    "draft_layers": PhaseName("draft head layers", "drafting", "the draft head's decoder layer over each tree level"),
+    "lm_head": PhaseName("draft LM head", "drafting",
+                         "scoring the active vocabulary rows: the LM-head matmul the small vocabulary shrinks"),
+    "gather_wait": PhaseName("row gather", "drafting",
+                             "copying newly added LM-head rows into the active buffer (waited for on a GPU)"),
+    "topk": PhaseName("top-k", "drafting", "picking the best children of each node from the draft scores"),
+    "copy_lookup": PhaseName("copy lookup", "drafting", "finding a continuation of the context to copy (copy chain)"),
+    "verify_forward": PhaseName("target verify", "verification",
+                                "one forward of the target over the whole draft tree"),
+    "accept": PhaseName("accept / reject", "verification",
+                        "comparing the drafts with the target's tokens; picking the bonus token"),
+    "tree_build": PhaseName("tree build", "bookkeeping", "reranking drafted nodes and building the tree's mask"),
+    "kv_compact": PhaseName("cache trim", "bookkeeping", "keeping only the accepted path's entries in the KV caches"),
+    "vocab_update": PhaseName("vocab update", "bookkeeping", "adding the step's new ids to the active set"),
+    "budget": PhaseName("draft budget", "bookkeeping", "choosing which drafted nodes are worth verifying"),
 }
+# one hue family per group: oranges for drafting, blues for verification, greys/greens for bookkeeping, each
+# shade far enough from its neighbours in the stack to tell apart
+PHASE_COLORS = {
+    "draft_layers": "#d9480f", "lm_head": "#f59f00", "gather_wait": "#862e08", "topk": "#ffd43b",
+    "copy_lookup": "#f783ac",
+    "verify_forward": "#1c5fc9", "accept": "#74c0fc",
+    "tree_build": "#495057", "kv_compact": "#adb5bd", "vocab_update": "#2b8a3e", "budget": "#8ce99a",
+}
+
+
+def phase_name(phase: str) -> str:
+    """The plain name of an engine phase (its identifier when the page has none)."""
+    return PHASE_NAMES[phase].name if phase in PHASE_NAMES else phase
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 step`, `2 steps` (`many` for irregular plurals)."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
 # where a draft-tree node came from (StepEvent.tree_sources): marker shape and hover text
 SOURCE_SYMBOLS = {"head": "circle", "copy": "diamond", "both": "hexagram"}
 SOURCE_LEGEND = {"copy": "copy chain", "both": "head + copy"}  # short: the hover says more
@@ -63,6 +111,21 @@ def token_label(token_id: int, token_text: Mapping[int, str] | None) -> str:
         return f"⟨{int(token_id)}⟩"
     shown = text.replace("\n", "⏎").replace("\t", "⇥")
     return shown if shown.strip() else shown.replace(" ", "·") or "∅"
+
+
+NODE_LABEL_CHARS = 10
+
+
+def node_label(token_id: int, token_text: Mapping[int, str] | None) -> str:
+    """A draft-tree node's label: `token_label` cut to `NODE_LABEL_CHARS`, and a token of punctuation only
+    ("." or ",") in quotes, so it reads as a token and not as a speck beside the marker."""
+    label = token_label(token_id, token_text)
+    if len(label) > NODE_LABEL_CHARS:
+        label = label[:NODE_LABEL_CHARS - 1] + "…"
+    core = label.replace("·", "").strip()
+    if core and not any(ch.isalnum() for ch in core) and core not in ("∅", "⏎", "⇥"):
+        label = f"“{label}”"
+    return label
 
 
 @functools.cache
@@ -197,7 +260,7 @@ def kpi_html(values: dict) -> str:
         card("time to first token", "–" if math.isnan(ttft) else
              (f"{ttft / 1e3:.2f} s" if ttft >= 1e3 else f"{ttft:.0f} ms"), "the prompt's prefill"),
         card("τ (tokens per target forward)", "–" if math.isnan(tau) else f"{tau:.2f}",
-             f"{values.get('steps', 0)} decode steps"),
+             plural(values.get('steps', 0), "decode step")),
         card("mean active size", f"{active:,.0f}" if active else "–",
              f"{values.get('active_frac', 0.0):.1%} of V = {values.get('vocab_size', 0):,}" if active else "no drafter"),
         card("coverage", "–" if cov is None else f"{cov:.1%}", "emitted tokens that were in the active set"),
@@ -224,9 +287,13 @@ def step_axis(steps: Sequence[int], title: str, **extra) -> dict:
     return dict(title=dict(text=title), tickmode="linear", tick0=0, dtick=dtick, tickformat="d", **extra)
 
 
+VOCAB_PANELS = ([0.42, 1.0], [0.0, 0.27])  # y domains: active set (log) on top, ids added below
+
+
 def vocab_spec(frame: pd.DataFrame) -> dict:
-    """Active vocabulary size per step (log y) against the full vocabulary; ids added per decode step
-    (the prefill's count, the whole prompt's, is in the legend: as a bar it would dwarf the others)."""
+    """Two panels on one step axis: the active vocabulary per step on a log axis against the full vocabulary
+    V (top), and the ids added per decode step on their own linear axis (bottom), so neither is read on the
+    other's scale. The prefill's count (the whole prompt's) is in the legend: as a bar it would dwarf the rest."""
     title = "Active draft vocabulary per step"
     if frame.empty:
         return _empty_spec(title, "no steps yet")
@@ -237,20 +304,25 @@ def vocab_spec(frame: pd.DataFrame) -> dict:
     prefill_added = int(frame.loc[frame["step"] == 0, "added_ids"].sum())
     added_name = "ids added per step" + (f" (prefill: {prefill_added:,}, not drawn)" if prefill_added else "")
     data = [
-        dict(type="bar", x=decode["step"].tolist(), y=decode["added_ids"].tolist(), name=added_name, yaxis="y2",
-             opacity=0.45, marker=dict(color="#9b7fc7"), hovertemplate="step %{x}<br>%{y} ids added<extra></extra>"),
         dict(type="scatter", x=steps, y=active, name="active set", mode="lines+markers",
              line=dict(color="#e8743b", width=2), marker=dict(size=5),
              hovertemplate="step %{x}<br>%{y:,} active rows<extra></extra>"),
         dict(type="scatter", x=steps, y=[vocab] * len(steps), name=f"full vocabulary V = {vocab:,}", mode="lines",
              line=dict(color="#555", dash="dash"), hoverinfo="skip"),
+        dict(type="bar", x=decode["step"].tolist(), y=decode["added_ids"].tolist(), name=added_name, yaxis="y2",
+             marker=dict(color="#9b7fc7"), hovertemplate="step %{x}<br>%{y:,} ids added<extra></extra>"),
     ]
     added_max = max([1, *decode["added_ids"].tolist()])
-    layout = _layout(title, bargap=0.2, xaxis=step_axis(steps, "step (0 = prefill)", domain=[0, 0.92]),
-                     yaxis=dict(type="log", dtick=1, title=dict(text="rows scored (log)")),
-                     # bars reach at most half the height: they stay under the log curves they explain
-                     yaxis2=_right_axis("ids added per step", range=[0, 2.0 * added_max], rangemode="tozero",
-                                        tickformat="d"))
+    known = [a for a in active if a] + [vocab]
+    # the log axis spans the data with room above V's line, so the line never sits on the top tick
+    log_range = [math.log10(max(1, min(known))) - 0.3, math.log10(vocab) + 0.35]
+    lo, hi = (min(steps), max(steps)) if steps else (0, 1)
+    layout = _layout(title, bargap=0.2, height=HEIGHT + 40,
+                     xaxis=step_axis(steps, "step (0 = prefill)", anchor="y2", range=[lo - 0.5, hi + 0.5]),
+                     yaxis=dict(type="log", dtick=1, domain=VOCAB_PANELS[0], range=log_range,
+                                title=dict(text="rows scored (log)")),
+                     yaxis2=dict(domain=VOCAB_PANELS[1], anchor="x", rangemode="tozero", range=[0, added_max * 1.15],
+                                 tickformat="d", nticks=3, title=dict(text="ids added")))
     if all(a is None for a in active):
         layout["annotations"] = [_note("autoregressive: no drafter, no active set")]
     return {"data": data, "layout": layout}
@@ -285,16 +357,21 @@ def coverage_spec(frame: pd.DataFrame) -> dict:
     steps = decode["step"].tolist()
     data = []
     for kind, name, color in (("vocab", "vocab misses", "#d64545"), ("draft", "draft misses", "#f2b134")):
+        hit = (decode["miss_kind"] == kind).tolist()
         counts = (decode["miss_kind"] == kind).astype(int).cumsum().tolist()
-        data.append(dict(type="scatter", x=steps, y=counts, name=name, mode="lines", line=dict(color=color, width=2,
-                                                                                           shape="hv"),
+        # a marker on each step that ended in a miss of this kind: a miss on the last step is a dot inside
+        # the chart (the axis runs half a step past it), not a stub on its border
+        data.append(dict(type="scatter", x=steps, y=counts, name=name, mode="lines+markers", legendgroup=kind,
+                         line=dict(color=color, width=2, shape="hv"),
+                         marker=dict(color=color, size=[8 if h else 0 for h in hit]),
                          hovertemplate="after step %{x}: %{y} " + MISS_TEXT[kind] + "<extra></extra>"))
     coverage = [c for c, step in zip(running_coverage(frame), frame["step"]) if step > 0]
     data.append(dict(type="scatter", x=steps, y=coverage, name="coverage %", mode="lines", yaxis="y2",
                      line=dict(color="#2e9d5b", width=2, dash="dot"),
                      hovertemplate="after step %{x}: coverage %{y:.1f}%<extra></extra>"))
     top = max(1, int((decode["miss_kind"] != "none").sum()))
-    layout = _layout(title, xaxis=step_axis(steps, "decode step", domain=[0, 0.92]),
+    layout = _layout(title, xaxis=step_axis(steps, "decode step", domain=[0, 0.92],
+                                            range=[min(steps) - 0.5, max(steps) + 0.5]),
                      yaxis=dict(title=dict(text="misses so far"), rangemode="tozero", range=[0, top * 1.1],
                                 tickformat="d", dtick=max(1, math.ceil(top / 6))),
                      yaxis2=_right_axis("coverage %", range=[0, 102]))
@@ -312,14 +389,27 @@ def phase_spec(frame: pd.DataFrame) -> dict:
         return _empty_spec(title, "no decode steps yet")
     steps = decode["step"].tolist()
     data = []
-    for phase in PHASES:
-        kind = "draft" if phase in DRAFT_PHASES else "target / bookkeeping"
-        data.append(dict(type="bar", x=steps, y=[float(v) for v in decode[f"phase_{phase}"]], name=phase,
-                         marker=dict(color=PHASE_COLORS.get(phase, "#999")),
-                         hovertemplate="step %{x}<br>%{y:.2f} ms<extra>" + f"{phase} ({kind})</extra>"))
-    layout = _layout(title, barmode="stack", bargap=0.15, height=HEIGHT + 30,
-                     margin=dict(l=60, r=20, t=MODEBAR_PX + 78, b=44),
-                     xaxis=step_axis(steps, "decode step"), yaxis=dict(title=dict(text="ms")))
+    # grouped (drafting, verification, bookkeeping: one hue family each), stacked in that order from the
+    # bottom; a phase that took no time in this run (copy lookup without the copy chain, ...) is left out
+    for group in PHASE_GROUPS:
+        phases = [p for p in PHASES if (PHASE_NAMES[p].group if p in PHASE_NAMES else "bookkeeping") == group]
+        shown = [p for p in phases if f"phase_{p}" in decode and float(decode[f"phase_{p}"].abs().sum()) > 0]
+        for i, phase in enumerate(shown):
+            about = PHASE_NAMES[phase].about if phase in PHASE_NAMES else phase
+            data.append(dict(type="bar", x=steps, y=[float(v) for v in decode[f"phase_{phase}"]],
+                             name=phase_name(phase), legendgroup=group, meta=phase,
+                             legendgrouptitle=dict(text=f"<b>{group}</b>") if i == 0 else None,
+                             marker=dict(color=PHASE_COLORS.get(phase, "#999")),
+                             hovertemplate=f"<b>{html.escape(phase_name(phase))}</b> ({group})<br>"
+                                           f"{html.escape(about)}<br>step %{{x}}: %{{y:.2f}} ms<extra></extra>"))
+    for trace in data:
+        if trace["legendgrouptitle"] is None:
+            del trace["legendgrouptitle"]
+    layout = _layout(title, barmode="stack", bargap=0.15, height=HEIGHT + 30, hovermode="closest",
+                     margin=dict(l=60, r=20, t=MODEBAR_PX + 36, b=44),
+                     legend=dict(orientation="v", x=0.78, xanchor="left", y=1.0, yanchor="top", font=dict(size=11),
+                                 groupclick="toggleitem", tracegroupgap=6),
+                     xaxis=step_axis(steps, "decode step", domain=[0, 0.74]), yaxis=dict(title=dict(text="ms")))
     return {"data": data, "layout": layout}
 
 
@@ -396,7 +486,7 @@ class _DrawnTree:
         if i == self.bonus:
             status = "bonus token from the target" + (" — VOCAB MISS (outside the active set)" if self.miss else "")
             return f"<b>{label}</b><br>id {self.tokens[i]}<br>{status}{dropped}"
-        kind = "root (last emitted token)" if i == 0 else ("accepted" if i in self.on_path else "rejected")
+        kind = "root (last emitted token)" if i == 0 else (TREE_ACCEPTED if i in self.on_path else TREE_REJECTED)
         active = "in" if self.in_active[i] else "OUT of"
         source = self.sources[i]
         origin = "" if i == 0 else f"<br>from {SOURCE_TEXT.get(source, source)}"
@@ -426,14 +516,16 @@ def _tree_nodes(t: _DrawnTree, token_text: Mapping[int, str] | None) -> list[dic
     """One marker trace per node group; drafted nodes' shape is their source. Labels sit above their node,
     off the edges (which run level to level through the nodes' centres)."""
     groups = (
-        ("drafted (rejected)", [i for i in range(1, t.bonus) if i not in t.on_path], "#b9c4d6", "circle", 11),
-        ("accepted", [i for i in t.path if i != 0 and i in t.kept], ORIGIN_COLORS[ACCEPTED], "circle", 14),
+        (TREE_REJECTED, [i for i in range(1, t.bonus) if i not in t.on_path], "#b9c4d6", "circle", 11),
+        (TREE_ACCEPTED, [i for i in t.path if i != 0 and i in t.kept], ORIGIN_COLORS[ACCEPTED], "circle", 14),
         ("root", [0], "#555", "square", 14),
-        ("bonus", [t.bonus] if t.bonus in t.kept else [], ORIGIN_COLORS[VOCAB_MISS if t.miss else BONUS], "star", 20),
+        (TREE_BONUS, [t.bonus] if t.bonus in t.kept else [], ORIGIN_COLORS[VOCAB_MISS if t.miss else BONUS], "star",
+         20),
         ("not kept (after the answer's end)", [i for i in [*t.path[1:], t.bonus] if i not in t.kept], "white",
          "circle-open", 13),
     )
     data = []
+    parents = set(t.parents)
     for name, idx, color, symbol, size in groups:
         if not idx and name.startswith("not kept"):
             continue  # the legend names it only when it happens
@@ -445,8 +537,11 @@ def _tree_nodes(t: _DrawnTree, token_text: Mapping[int, str] | None) -> list[dic
             marker = dict(color="#2e9d5b", symbol=symbol, size=size, line=dict(width=2))
         data.append(dict(
             type="scatter", x=[t.x[i] for i in idx], y=[t.y[i] for i in idx], mode="markers+text", name=name,
-            text=[token_label(t.tokens[i], token_text)[:12] for i in idx], textposition="top center",
-            textfont=dict(size=10, color="#333"), customdata=list(idx),
+            # a leaf's label to its right (nothing is drawn there), an inner node's above it: labels of
+            # neighbouring leaves in the deepest column never meet
+            text=[node_label(t.tokens[i], token_text) for i in idx],
+            textposition=["top center" if i in parents else "middle right" for i in idx],
+            textfont=dict(size=12, color="#222"), customdata=list(idx),
             hovertext=[t.hover(i, token_text) for i in idx], hoverinfo="text", marker=marker))
     return data
 
@@ -482,13 +577,14 @@ def tree_spec(frame: pd.DataFrame, step: int | None = None,
         title += ("<br><span style='font-size:11px;color:#555'>"
                   + html.escape(budget).replace("; more would", ";<br>more would") + "</span>")
     top, bottom = MODEBAR_PX + (52 if budget is None else 84), 105
-    height = max(HEIGHT, 36 * (max(t.y) + 1.5) + top + bottom)  # ~36 px per row: a label above each node
+    height = max(HEIGHT, 40 * (max(t.y) + 1.5) + top + bottom)  # ~40 px per row: a label above each inner node
     layout = _layout(title, showlegend=True, height=height, hovermode="closest",
                      # the legend under the axis title (~60 px below the plot area): it never grows into the title
                      legend=dict(orientation="h", yanchor="top", y=-62 / (height - top - bottom), x=0,
                                  font=dict(size=10), itemwidth=30, tracegroupgap=0),
                      margin=dict(l=30, r=20, t=top, b=bottom),
-                     xaxis=dict(title=dict(text="depth"), dtick=1, range=[-0.4, max(t.x) + 0.6], zeroline=False),
+                     # room right of the deepest column for its leaves' labels
+                     xaxis=dict(title=dict(text="depth"), dtick=1, range=[-0.4, max(t.x) + 0.95], zeroline=False),
                      yaxis=dict(visible=False, range=[max(t.y) + 0.6, -0.9]))  # reversed: first leaf on top
     return {"data": data, "layout": layout}
 
@@ -546,7 +642,7 @@ def budget_html(events: Sequence, curve: Mapping | None = None, replayed: bool =
         verified = sum(len(e.tree_tokens) - 1 for e in steps)
         drafted = sum(e.drafted_nodes - 1 for e in steps)
         plain = sum(len(e.tree_tokens) == 1 for e in steps)
-        parts.append(f"verified {verified:,} of {drafted:,} drafted nodes over {len(steps)} steps, "
+        parts.append(f"verified {verified:,} of {plural(drafted, 'drafted node')} over {plural(len(steps), 'step')}, "
                      f"{plain} of them plain steps (nothing drafted paid for its verification time)")
     return ('<p class="budget-note" id="budget-note" style="margin:6px 2px;font-size:0.9em">'
             "<b>Draft budget on</b> · " + " · ".join(parts) + "</p>")

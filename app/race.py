@@ -75,9 +75,11 @@ RACE_CSS = """
   cursor: pointer; }
 .race-lane { display: grid; grid-template-columns: 7em 1fr 12em; gap: 8px; align-items: center; margin: 4px 0; }
 .race-name { font-weight: 600; color: var(--c); }
-.race-track { position: relative; height: 3.1em; border: 1px solid #ccc; border-radius: 4px; overflow: hidden; }
+.race-track { position: relative; border: 1px solid #ccc; border-radius: 4px; overflow: hidden; padding: 3px 6px; }
 .race-bar { position: absolute; left: 0; top: 0; bottom: 0; width: 0; background: var(--c); opacity: 0.16; }
-.race-text { position: absolute; inset: 0; padding: 2px 6px; font-size: 0.85em; line-height: 1.3; white-space: pre-wrap;
+/* exactly two whole lines: the text is bottom-aligned, so what scrolls off the top goes a whole line at a time
+   (a box that is not a whole number of lines cuts the first line in half) */
+.race-text { position: relative; font-size: 0.85em; line-height: 1.3em; height: 2.6em; white-space: pre-wrap;
   overflow: hidden; display: flex; flex-direction: column; justify-content: flex-end; }
 .race-stats { font-size: 0.85em; font-family: ui-monospace, monospace; }
 .race-lane.done .race-stats { font-weight: 600; }

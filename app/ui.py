@@ -12,7 +12,7 @@ from app import peers
 from app.callbacks import COMPARE_COLUMNS, LIVE_OUTPUTS, Explorer
 from app.charts import ANSWER_CSS, answer_html
 from app.lesson import LIVE_HEADER, build_lesson_tab, register_deep_link
-from app.inputs import SPEC_METHODS, defaults_for, example_prompts
+from app.inputs import SPEC_METHODS, defaults_for, example_prompts, parse_prompt
 from app.models import EngineProvider, Loader, pair_loader
 from app.pairs import PairProvider, build_pair_picker
 from app.race import race_component
@@ -21,9 +21,27 @@ from nanospec.options import OPTIONS
 MODEL_QUEUE = "model"  # every event that runs the model shares this queue: one run at a time
 
 INTRO = """# NanoSpec Explorer
-Speculative decoding where the drafter scores only a small, context-chosen slice of the vocabulary.
-Pick a prompt and a method, press **Run**, and watch each decoding step: which tokens the drafter got right,
-how big its vocabulary is, where it missed and where the time goes. Output is lossless for every method."""
+Speculative decoding where the drafter scores only a small, context-chosen slice of the vocabulary. Watch each
+decoding step: which drafted tokens the target accepted, how big the drafter's vocabulary is, where it missed and
+where the time goes. Output is lossless for every method."""
+# the page's own CSS: the first screen on a phone, dropdown text clear of its caret, slider end labels whole
+PAGE_CSS = """
+#page-style { display: none !important; }
+#compare-peers.unavailable label { opacity: 0.55; cursor: not-allowed; }
+#run-row { gap: 8px; align-items: stretch; flex-wrap: nowrap; }
+#run-row > * { min-width: 0 !important; }
+#run-row button { min-width: 84px; }
+/* a dropdown's text stops before its caret instead of running under it */
+.gradio-container input[role=listbox], .gradio-container .wrap-inner input { text-overflow: ellipsis;
+  padding-right: 28px !important; }
+/* slider end labels: never cut (a row of sliders gives each room for its longest bound) */
+.gradio-container .min_value, .gradio-container .max_value { white-space: nowrap; overflow: visible; flex: none; }
+@media (max-width: 640px) {
+  .gradio-container h1 { font-size: 1.6rem; margin-bottom: 0.2em; }
+  #intro p { font-size: 0.9rem; line-height: 1.35; }
+  #prompt textarea { min-height: 3.2em; }
+}
+"""
 
 
 def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 1.0,
@@ -37,17 +55,26 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
 
     # -- layout ------------------------------------------------------------------------------
     with gr.Blocks(title="NanoSpec Explorer") as demo:
+        # the page's CSS rides in the page itself (Gradio 6 takes `css` only at launch, which callers own)
+        gr.HTML(f"<style>{PAGE_CSS}</style>", elem_id="page-style", padding=False)
         # the Live header: collapses in lesson-first mode (presenter mode, chapter links)
-        gr.Markdown(INTRO, elem_classes=[LIVE_HEADER])
+        gr.Markdown(INTRO, elem_id="intro", elem_classes=[LIVE_HEADER])
         pair_md = gr.Markdown(provider.describe(), elem_id="pair-info", elem_classes=[LIVE_HEADER])
         if isinstance(provider, PairProvider):
             with gr.Column(elem_classes=[LIVE_HEADER]):
                 build_pair_picker(provider, pair_md, MODEL_QUEUE)
         with gr.Row(equal_height=False, elem_classes=[LIVE_HEADER]):
             with gr.Column(scale=3):
-                prompt = gr.Textbox(label="Prompt (the chat template is applied for you)", lines=4,
+                prompt = gr.Textbox(label="Prompt (the chat template is applied for you)", lines=3,
                                     elem_id="prompt", placeholder="Ask something, or pick an example below. "
                                     "For a conversation start lines with 'user:' / 'assistant:'.")
+                # Run right under the prompt: on the first screen at 1280x720 and on a phone (the Live tab's
+                # action; hidden on Compare, which has its own button)
+                with gr.Row(equal_height=True, elem_id="run-row") as run_row:
+                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", scale=1, min_width=84)
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", scale=1, min_width=84)
+                    # where a run's progress shows (the first run loads the model: tens of seconds)
+                    run_status = gr.HTML("", elem_id="run-status", min_height=44, scale=2, padding=False)
                 gr.Examples(examples=[[text] for _, text in examples], inputs=[prompt],
                             example_labels=[label for label, _ in examples], examples_per_page=7,
                             label="Example prompts (one per category per page)")
@@ -58,17 +85,13 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                 names = list(start)
                 knobs = {name: knob_control(name, start[name]) for name in names[:2]}
                 with gr.Accordion("Tree, sampling and vocabulary settings", open=False):
-                    for row in range(2, len(names), 3):
+                    # two to a row: a slider's end labels ("16384") need the width
+                    for row in range(2, len(names), 2):
                         with gr.Row():
-                            knobs.update({name: knob_control(name, start[name]) for name in names[row:row + 3]})
+                            knobs.update({name: knob_control(name, start[name]) for name in names[row:row + 2]})
 
         with gr.Tabs() as tabs:
-            with gr.Tab("Live", id="live"):
-                with gr.Row(equal_height=True):
-                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", scale=1)
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", scale=1)
-                    # where a run's progress shows (the first run loads the model: tens of seconds)
-                    run_status = gr.HTML("", elem_id="run-status", min_height=44, scale=2, padding=False)
+            with gr.Tab("Live", id="live") as live_tab:
                 kpis = gr.HTML(elem_id="kpis")
                 answer = gr.HTML(answer_html([], []), css_template=ANSWER_CSS, elem_id="answer", js_on_load=None)
                 with gr.Row(equal_height=False):
@@ -91,16 +114,19 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
                                           file_types=[".json", ".csv"], type="filepath", elem_id="replay-file")
                 view = gr.State(None)
 
-            with gr.Tab("Compare", id="compare"):
-                gr.Markdown("The prompt and settings above through `ar` and the chosen methods, same seed. "
-                            "Each method gets one short untimed warm-up per process.")
+            with gr.Tab("Compare", id="compare") as compare_tab:
+                gr.Markdown("Runs the prompt and settings above through `ar` and the chosen methods, same seed: "
+                            "press **Compare**. Each method gets one short untimed warm-up per process.")
                 with gr.Row():
                     with gr.Column(scale=2):
                         methods = CheckboxGroup(list(SPEC_METHODS), value=["full", "nanospec"],
                                                 label="Methods to compare with ar", elem_id="compare-methods")
                         offered, about = peers.control_info()
-                        outside = CheckboxGroup(list(peers.CHOICES), value=[], label="vLLM rows (optional)",
-                                                info=about, interactive=offered, elem_id="compare-peers")
+                        # without vLLM the rows are offered disabled, the reason in their info line
+                        outside = CheckboxGroup(list(peers.CHOICES), value=[],
+                                                label="vLLM rows (optional)" + ("" if offered else ": not available"),
+                                                info=about, interactive=offered, elem_id="compare-peers",
+                                                elem_classes=[] if offered else ["unavailable"])
                     with gr.Column():
                         compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
                         compare_stop = gr.Button("Stop", variant="stop")
@@ -125,10 +151,16 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
         # Stop tells the run to end after its current step; the run then sends its last values itself
         # (a Gradio cancel would race the run's last streamed values against Stop's: see `LiveRun`)
         run_btn.click(explorer.run_requested, None, None, queue=False, api_visibility="undocumented")
+        # Run shows its run: from the Lesson tab it opens Live
+        run_btn.click(lambda: gr.Tabs(selected="live"), None, tabs, queue=False, api_visibility="undocumented",
+                      show_progress="hidden")
         # the knobs go by name (`inputs_kwargs`): each callback gets them as one dict, and the API's parameters
         # are the prompt and the option names
         run_btn.click(explorer.run_live, [prompt], live_outputs, inputs_kwargs=knobs, api_name="run",
                       concurrency_id=MODEL_QUEUE, concurrency_limit=1,
+                      # an empty prompt is told on the prompt box itself (Gradio's validator): no run, no toast
+                      # over the controls, no error badges on the outputs
+                      validator=check_prompt,
                       show_progress_on=[run_status, answer])  # next to Run: in view when it is pressed
         stop_btn.click(explorer.after_stop, [view], live_outputs, api_name="stop", show_progress="hidden",
                        concurrency_limit=None)
@@ -141,13 +173,19 @@ def build_app(engine_loader: Loader | None = None, *, chart_interval_s: float = 
         compare_event = compare_btn.click(explorer.run_compare, [prompt, methods],
                                           [table, compare_plot, verdict, compare_runs],
                                           inputs_kwargs={**settings, "peers": outside},
-                                          api_name="compare",
+                                          api_name="compare", validator=check_prompt,
                                           concurrency_id=MODEL_QUEUE, concurrency_limit=1,
                                           show_progress_on=[verdict])
         # Compare may be the run that loaded the pair: the header then names it, as after a Live run
         compare_event.then(provider.describe, None, pair_md, api_visibility="undocumented", queue=False)
         compare_stop.click(None, None, None, cancels=[compare_event], api_visibility="undocumented")
         race_btn.click(explorer.race, compare_runs, race, api_visibility="undocumented", queue=False)
+        # Run, Stop and the method are Live's: Compare has its own button and method list
+        for tab, live in ((live_tab, True), (compare_tab, False), (lesson.tab, True)):
+            if tab is not None:
+                tab.select(lambda live=live: (gr.Row(visible=live), gr.Radio(visible=live)), None,
+                           [run_row, knobs["method"]], queue=False, show_progress="hidden",
+                           api_visibility="undocumented")
         demo.load(provider.describe, None, pair_md, api_visibility="undocumented", queue=False)
         register_deep_link(demo, lesson)  # ?chapter=N opens the Lesson tab; ?presenter=1 enlarges fonts
     demo.queue(default_concurrency_limit=1)
@@ -167,6 +205,17 @@ def calm_queue_polling(demo: gr.Blocks, idle_poll_s: float = 0.05, progress_poll
             setattr(queue, name, max(getattr(queue, name), value))
 
 
+def check_prompt(prompt_text, *args, **knobs):
+    """Gradio validator of Run and Compare: an empty prompt is marked on the prompt box (the run itself
+    refuses it again, for API clients)."""
+    try:
+        parse_prompt(prompt_text)
+        verdict = gr.validate(True, "")
+    except ValueError as exc:
+        verdict = gr.validate(False, str(exc))
+    return (verdict, *(gr.validate(True, "") for _ in range(len(args) + len(knobs))))  # one per input
+
+
 # a slider over more steps than this is no use to drag: a number box instead (the seed's)
 MAX_SLIDER_STEPS = 10_000
 
@@ -183,10 +232,19 @@ def knob_control(name: str, value) -> gr.Component:
         return gr.Checkbox(info=opt.help, **common)
     lo, hi = opt.ui or (opt.lo, opt.hi)
     if lo is not None and hi is not None:
+        # the allowed range beside the box: a typed value outside it is kept as typed until the box loses focus
+        common["info"] = f"allowed: {range_text(lo, hi)}"
         step = opt.ui_step or (1 if opt.type is int else (hi - lo) / 100)
         if (hi - lo) / step <= MAX_SLIDER_STEPS:
             return Slider(lo, hi, step=step, **common)
     return Number(minimum=lo, maximum=hi, precision=0 if opt.type is int else None, **common)
+
+
+def range_text(lo, hi) -> str:
+    """`1 to 512`, `0.05 to 1`: an option's range as the page states it."""
+    def number(v) -> str:
+        return f"{v:,}" if isinstance(v, int) or float(v).is_integer() and abs(v) >= 1000 else f"{v:g}"
+    return f"{number(lo)} to {number(hi)}"
 
 
 # Gradio's own range/choice checks raise errors that print a traceback in the server log. These

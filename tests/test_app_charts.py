@@ -124,9 +124,15 @@ def test_vocab_figure(frame):
     assert list(_trace(fig, "active set").y) == [40, 40, 46]
     added = _trace(fig, "ids added per step (prefill: 40, not drawn)")  # the prompt's ids: named, not a bar
     assert list(added.x) == [1, 2] and list(added.y) == [6, 3]
-    assert fig.layout.yaxis2.range[1] >= 2 * 6  # the bars stay in the lower half, under the log curves
     assert list(_trace(fig, f"full vocabulary V = {V:,}").y) == [V] * 3
     assert fig.layout.yaxis.type == "log"
+    # issue 47: the counts have a panel and a linear axis of their own, under the log panel (not drawn over its
+    # gridlines on an overlaid axis), and V's line sits below the log axis's top
+    top, bottom = fig.layout.yaxis.domain, fig.layout.yaxis2.domain
+    assert fig.layout.yaxis2.overlaying is None and fig.layout.yaxis2.type in (None, "linear", "-")
+    assert bottom[1] < top[0]
+    assert fig.layout.yaxis2.range[0] == 0 and fig.layout.yaxis2.range[1] >= 6
+    assert fig.layout.yaxis.range[1] > math.log10(V)
 
 
 def test_step_axes_have_integer_ticks():
@@ -164,19 +170,27 @@ def test_chart_coverage_equals_the_kpi_card_with_a_copied_token_outside_the_set(
 
 def test_phase_figure(frame):
     fig = charts.phase_figure(frame)
-    assert [t.name for t in fig.data] == list(PHASES)
-    assert list(_trace(fig, "draft_layers").y) == [4.0, 3.0]
-    assert list(_trace(fig, "verify_forward").y) == [10.0, 11.0]
+    # issue 47: plain names (the engine's identifiers stay as each trace's `meta`), drafting / verification /
+    # bookkeeping grouped in that order, phases that took no time left out, an explanation in each hover
+    assert [t.meta for t in fig.data] == ["draft_layers", "lm_head", "topk", "verify_forward", "accept"]
+    assert all(p in PHASES for p in (t.meta for t in fig.data))
+    assert [t.legendgroup for t in fig.data] == ["drafting"] * 3 + ["verification"] * 2
+    assert not any("_" in t.name for t in fig.data)
+    assert list(_trace(fig, "draft head layers").y) == [4.0, 3.0]
+    assert list(_trace(fig, "target verify").y) == [10.0, 11.0]
+    assert "one forward of the target" in _trace(fig, "target verify").hovertemplate
+    colours = [t.marker.color for t in fig.data]
+    assert len(set(colours)) == len(colours)
     assert fig.layout.barmode == "stack"
     assert "prefill 50 ms" in fig.layout.title.text
 
 
 def test_tree_figure_of_a_chosen_step(frame):
     fig = charts.tree_figure(frame, 1, TEXT)
-    accepted, rejected = _trace(fig, "accepted"), _trace(fig, "drafted (rejected)")
+    accepted, rejected = _trace(fig, charts.TREE_ACCEPTED), _trace(fig, charts.TREE_REJECTED)
     assert list(accepted.text) == ["w11", "w13"] and list(rejected.text) == ["w12", "w14"]
     assert list(_trace(fig, "root").text) == ["w10"]
-    bonus = _trace(fig, "bonus")
+    bonus = _trace(fig, charts.TREE_BONUS)
     assert list(bonus.text) == ["w15"] and "VOCAB MISS" not in bonus.hovertext[0]
     assert list(bonus.x) == [3.0]  # one level below the last accepted node (depth 2)
     # edges: 4 drafted edges, of which root->11, 11->13 plus 13->bonus form the accepted path
@@ -189,11 +203,11 @@ def test_tree_figure_of_a_chosen_step(frame):
 def test_tree_figure_defaults_to_latest_step_and_marks_vocab_miss(frame):
     fig = charts.tree_figure(frame, None, TEXT)
     assert "step 2" in fig.layout.title.text and "vocab miss" in fig.layout.title.text
-    bonus = _trace(fig, "bonus")
+    bonus = _trace(fig, charts.TREE_BONUS)
     assert "VOCAB MISS" in bonus.hovertext[0]
     assert bonus.marker.color == charts.ORIGIN_COLORS[charts.VOCAB_MISS]
-    assert len(_trace(fig, "accepted").x) == 0
-    assert "⟨16⟩" in _trace(charts.tree_figure(frame, 2, None), "drafted (rejected)").text  # no text: ids shown
+    assert len(_trace(fig, charts.TREE_ACCEPTED).x) == 0
+    assert "⟨16⟩" in _trace(charts.tree_figure(frame, 2, None), charts.TREE_REJECTED).text  # no text: ids shown
 
 
 def test_tree_shows_what_the_run_kept_when_the_answer_ends_inside_a_step(frame):
@@ -202,9 +216,9 @@ def test_tree_shows_what_the_run_kept_when_the_answer_ends_inside_a_step(frame):
     cut = frame.copy()
     cut.at[1, "tokens"] = [11]
     fig = charts.tree_figure(cut, 1, TEXT)
-    assert list(_trace(fig, "accepted").text) == ["w11"]
+    assert list(_trace(fig, charts.TREE_ACCEPTED).text) == ["w11"]
     assert list(_trace(fig, "not kept (after the answer's end)").text) == ["w13", "w15"]
-    assert len(_trace(fig, "bonus").x) == 0
+    assert len(_trace(fig, charts.TREE_BONUS).x) == 0
     assert "2 accepted, 1 kept: the answer ended at w11" in fig.layout.title.text
     assert "+ bonus" not in fig.layout.title.text
     assert sum(v is None for v in _trace(fig, "accepted path").x) == 1  # root -> 11 only
@@ -218,9 +232,14 @@ def test_tree_shows_what_the_run_kept_when_the_answer_ends_inside_a_step(frame):
 def test_tree_labels_sit_off_the_edges_and_the_legend_stays_short(frame):
     fig = charts.tree_figure(frame, 1, TEXT)
     labelled = [t for t in fig.data if t.mode == "markers+text"]
-    assert labelled and all(t.textposition == "top center" for t in labelled)  # not along the edge to the right
-    assert [t.name for t in fig.data if t.showlegend is not False] == ["drafted (rejected)", "accepted", "root",
-                                                                        "bonus"]
+    # labels off the edges: an inner node's above it, a leaf's to its right (no edge runs on from a leaf)
+    row = frame[frame["step"] == 1].iloc[0]
+    parents = {*row["tree_parents"], row["accepted_path"][-1]}  # the bonus token hangs off the path's end
+    for t in labelled:
+        for node, pos in zip(t.customdata, t.textposition):
+            assert pos == ("top center" if node in parents else "middle right")
+    assert [t.name for t in fig.data if t.showlegend is not False] == [charts.TREE_REJECTED, charts.TREE_ACCEPTED,
+                                                                        "root", charts.TREE_BONUS]
     title = fig.layout.title
     assert title.yref == "container" and title.pad.t >= charts.MODEBAR_PX  # below the toolbar's band
     assert fig.layout.margin.t >= charts.MODEBAR_PX + 40
@@ -238,7 +257,7 @@ def test_tree_figure_and_kpis_mark_the_copy_chain():
     events[2].tree_sources = ["root", "head", "head"]
     frame = events_to_frame(events)
     fig = charts.tree_figure(frame, 1, TEXT)
-    accepted, rejected = _trace(fig, "accepted"), _trace(fig, "drafted (rejected)")
+    accepted, rejected = _trace(fig, charts.TREE_ACCEPTED), _trace(fig, charts.TREE_REJECTED)
     assert list(accepted.marker.symbol) == ["hexagram", "diamond"]
     assert list(rejected.marker.symbol) == ["circle", "circle", "diamond"]
     assert "copy chain" in accepted.hovertext[1] and "copied from the context" in accepted.hovertext[1]
@@ -466,7 +485,7 @@ def test_tree_title_says_what_the_budget_kept():
            "than they were likely to bring" in title
     plain = charts.tree_figure(frame, 2, TEXT)
     assert "nothing drafted paid for its verification time: a plain step" in _plain(plain.layout.title.text)
-    assert len(_trace(plain, "bonus").x) == 1 and len(_trace(plain, "drafted (rejected)").x) == 0
+    assert len(_trace(plain, charts.TREE_BONUS).x) == 1 and len(_trace(plain, charts.TREE_REJECTED).x) == 0
     budget_top = plain.layout.margin.t
     assert budget_top > charts.tree_figure(events_to_frame(make_events()), 1, TEXT).layout.margin.t  # room for it
     assert "verified" not in charts.tree_figure(events_to_frame(make_events()), 1, TEXT).layout.title.text
@@ -517,3 +536,43 @@ def test_acceptance_by_draft_position():
     assert list(_trace(budget, "verified tree reached it").y) == [50.0, 50.0]
     only_plain = budgeted_events()[::2]  # prefill and the plain step
     assert "every step was a plain step" in charts.depth_figure(events_to_frame(only_plain)).layout.annotations[0].text
+
+
+# -- issue 47: words, tree labels, the last step's miss --------------------------------------------------------
+def test_punctuation_node_labels_read_as_tokens():
+    text = {1: ".", 2: ",", 3: " the", 4: "a_very_long_token_text", 5: " "}
+    assert charts.node_label(1, text) == "“.”" and charts.node_label(2, text) == "“,”"
+    assert charts.node_label(3, text) == " the"  # a word keeps its leading space, as before
+    long = charts.node_label(4, text)
+    assert len(long) == charts.NODE_LABEL_CHARS and long.endswith("…")
+    assert charts.node_label(5, text) == "·"  # whitespace stays visible as before
+
+
+def test_a_miss_on_the_last_step_is_drawn_inside_the_chart(frame):
+    fig = charts.coverage_figure(frame)  # the vocab miss is on step 2, the last
+    vocab = _trace(fig, "vocab misses")
+    assert list(vocab.marker.size) == [0, 8]  # a marker where the miss happened
+    assert fig.layout.xaxis.range[1] >= 2.5 and fig.layout.xaxis.range[0] <= 0.5
+
+
+def test_one_vocabulary_for_token_origins(frame):
+    answer = charts.answer_html(["a", "b", "c"], [charts.ACCEPTED, charts.BONUS, charts.VOCAB_MISS])
+    assert ">accepted draft<" in answer and ">bonus token<" in answer and ">vocab miss<" in answer
+    assert ">head<" not in answer
+    tree = charts.tree_figure(frame, 1, TEXT)
+    names = {t.name for t in tree.data}
+    assert {charts.TREE_ACCEPTED, charts.TREE_BONUS} <= names
+    # the tree's words are the legend's: an accepted draft token, a bonus token
+    assert charts.ORIGIN_SHORT[charts.ACCEPTED] in charts.TREE_ACCEPTED
+    assert charts.ORIGIN_SHORT[charts.BONUS] == charts.TREE_BONUS
+
+
+def test_counts_agree_with_their_nouns():
+    assert charts.plural(1, "step") == "1 step" and charts.plural(2, "step") == "2 steps"
+    events = make_events()
+    for e in events[1:]:
+        e.budget_threshold, e.drafted_nodes = 0.1, len(e.tree_tokens) + 2
+    note = charts.budget_html(events[:2])
+    assert "over 1 step," in note and "over 1 steps" not in note
+    one = charts.kpi_html({"steps": 1, "tau": 1.0})
+    assert "1 decode step<" in one

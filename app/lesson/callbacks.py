@@ -16,8 +16,10 @@ from app.lesson import figures
 from app.lesson.data import RUN_LABELS, Lesson, load_lesson
 
 SPEEDS = (0.5, 4.0)  # Play speed bounds, steps per second
+PLAY_SPEEDS = (0.5, 1.0, 2.0, 4.0)  # the speeds offered beside ▶ Play
 CHROME_PX = 262      # tab bar, lesson bar, step controls and gaps above and below the chart (lesson-first)
 RACE_PX = 225        # the race lanes above the chart (race chapter)
+TOKENS_SHARE = 0.16  # "The answer so far" under the chart (two lines of chips and their head), of the page height
 MIN_CHART_PX = 240
 PLAY, PAUSE = "▶ Play", "Pause"   # no ⏸: Debian's fonts (and others) draw it as an empty box
 
@@ -51,8 +53,11 @@ def _fit(fit) -> int:
 def chart_height(fit, number: int = 1) -> int | None:
     """The chart's height in px when the lesson fills a page `fit` px high; None = the chart's own."""
     fit = _fit(fit)
-    above = RACE_PX if lc.chapter(_clamp_chapter(number)).race else 0
-    return max(MIN_CHART_PX, fit - CHROME_PX - above) if fit > 0 else None
+    race = lc.chapter(_clamp_chapter(number)).race is not None
+    # the answer so far stays on the first screen, under the chart; in the race chapter the lanes show the
+    # answers as they are written, and its chart keeps a readable height instead
+    room = fit - CHROME_PX - (RACE_PX if race else round(TOKENS_SHARE * fit))
+    return max(MIN_CHART_PX, room) if fit > 0 else None
 
 
 def question(number: int, prompt_id: str):
@@ -103,7 +108,8 @@ def race_update(number: int, prompt_id: str):
 
 
 def step_label(number: int, last: int) -> str:
-    return f"Step of the {RUN_LABELS.get(lc.chapter(number).run, lc.chapter(number).run)} run (0 = prefill … {last})"
+    """The step slider's label: short, so it fits beside the step buttons on a 1280 px screen."""
+    return f"Step 0–{last} of the {RUN_LABELS.get(lc.chapter(number).run, lc.chapter(number).run)} run (0 = prefill)"
 
 
 def shift_chapter(number, prompt_id, presenter, delta: int, fit=0) -> tuple:

@@ -96,7 +96,7 @@ CHAPTERS = (
             "many target forwards as tokens, and every forward costs about the same: the speed limit is **one "
             "token per forward**.",
             {"method": "ar", **_TREE},
-            figures.ar_figure, narration.ar_now, views.origin_view, first_decode_step),
+            figures.ar_figure, narration.ar_now, views.target_view, first_decode_step),
     Chapter(2, "Draft and verify", "greedy",
             "A small, cheap **drafter** guesses the next few tokens as a chain. The target then checks all guesses "
             "**in a single forward**: it keeps the longest prefix that matches what it would have written itself "

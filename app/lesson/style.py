@@ -18,8 +18,18 @@ body.lesson-first #lesson-root { --lesson-text: clamp(14px, 2.05vh, 26px); --les
   --lesson-small: clamp(11px, 1.45vh, 18px); --lesson-ui: clamp(13px, 1.75vh, 22px);
   --lesson-tokens: clamp(13px, 1.8vh, 22px); }
 body.lesson-presenter #lesson-root { --lesson-text: clamp(16px, 2.3vh, 32px); --lesson-h: clamp(22px, 3.5vh, 48px);
-  --lesson-small: clamp(13px, 1.75vh, 24px); --lesson-ui: clamp(14px, 1.6vh, 22px);
+  --lesson-small: clamp(13px, 1.75vh, 24px); --lesson-ui: clamp(14px, 1.8vh, 24px);
   --lesson-tokens: clamp(14px, 2vh, 26px); }
+/* presenter mode: nothing a room reads is under ~18 px at 1080 px (tabs, slider bounds, the race lanes) */
+body.lesson-presenter .tab-wrapper button, body.lesson-presenter [role=tablist] button {
+  font-size: clamp(14px, 1.8vh, 24px) !important; }
+body.lesson-presenter #lesson-root .min_value, body.lesson-presenter #lesson-root .max_value,
+body.lesson-presenter #lesson-root .race, body.lesson-presenter #lesson-root .race-text,
+body.lesson-presenter #lesson-root .race-stats, body.lesson-presenter #lesson-root .race-go,
+body.lesson-presenter #lesson-root .tokens-head, body.lesson-presenter #lesson-root .race-caption {
+  font-size: var(--lesson-ui); }
+body.lesson-presenter #lesson-root .race-clock { font-size: calc(1.4 * var(--lesson-ui)); }
+body.lesson-presenter #lesson-root .race-lane { grid-template-columns: 6.5em 1fr 15em; }
 #lesson-style, #lesson-fit { display: none !important; }
 #lesson-root #lesson-text, #lesson-root #lesson-text .prose, #lesson-root #lesson-text p,
 #lesson-root #lesson-text li { font-size: var(--lesson-text); line-height: 1.45; }
@@ -28,7 +38,8 @@ body.lesson-presenter #lesson-root { --lesson-text: clamp(16px, 2.3vh, 32px); --
 #lesson-root #lesson-text code, #lesson-root #lesson-text pre { font-size: 0.85em; }
 #lesson-root #lesson-text .provenance { margin-top: 0.6em; padding: 4px 8px; border-left: 4px solid #9b7fc7;
   background: rgba(155,127,199,0.08); font-size: var(--lesson-small); line-height: 1.35; border-radius: 4px; }
-#lesson-root #lesson-text .provenance code { font-size: 0.95em; }
+#lesson-root #lesson-text .provenance code { font-size: 1em; }
+body.lesson-presenter #lesson-root #lesson-text code { font-size: 1em; }
 #lesson-root .lesson-tokens { font-size: var(--lesson-tokens); line-height: 1.9; }
 #lesson-root .tokens-head { font-size: 0.85em; opacity: 0.85; margin-bottom: 4px; }
 #lesson-root .tokens-body { max-height: 12em; overflow-y: auto; }
@@ -50,7 +61,9 @@ body.lesson-presenter #lesson-root { --lesson-text: clamp(16px, 2.3vh, 32px); --
   font-size: var(--lesson-text); }
 #lesson-root button, #lesson-root #lesson-bar input, #lesson-root #lesson-presenter span,
 #lesson-root #lesson-step [data-testid=block-info], #lesson-root #lesson-step input,
-#lesson-root #lesson-speed [data-testid=block-info] { font-size: var(--lesson-ui); }
+#lesson-root #lesson-speed input, #lesson-root #lesson-speed [data-testid=block-info] { font-size: var(--lesson-ui); }
+/* the step slider's label wraps instead of being cut ("… prefill … 26)") */
+#lesson-root #lesson-step [data-testid=block-info] { white-space: normal; overflow: visible; text-overflow: clip; }
 #lesson-bar { align-items: end; gap: 8px; }
 #lesson-bar button, #lesson-controls button { white-space: nowrap; min-width: fit-content !important; }
 #lesson-controls { align-items: center; gap: 6px; }
@@ -63,7 +76,7 @@ body.lesson-first #lesson-live-toggle { display: inline-flex; }
 body.lesson-first .gradio-container, body.lesson-first main { max-width: 100% !important;
   padding-top: 4px !important; padding-bottom: 0 !important; }
 body.lesson-first footer { display: none !important; }
-body.lesson-first #lesson-root .tokens-body { max-height: 5.5em; }
+body.lesson-first #lesson-root .tokens-body { max-height: 3.8em; }
 body.lesson-first #lesson-root #lesson-text .provenance { margin-top: 0.3em; }
 #lesson-root .reveal { padding: 6px 10px; border-left: 4px solid #2e9d5b; background: rgba(46,157,91,0.08);
   border-radius: 4px; }

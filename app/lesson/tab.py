@@ -22,9 +22,10 @@ import gradio as gr
 
 from app.race import race_component
 from app.lesson import chapters as lc
-from app.lesson.callbacks import (PLAY, SPEEDS, step_label, answer, chapter_start, deep_link, lesson_data, move, open_chapter,
+from app.lesson.callbacks import (PLAY, PLAY_SPEEDS, step_label, answer, chapter_start, deep_link, lesson_data, move, open_chapter,
                         render, set_speed, shift_chapter, tick, toggle_play, try_it_values)
 from app.lesson.style import CSS, DEEP_LINK_JS, LIVE_TOGGLE_JS, PRESENTER_FIT_JS, PRESENTER_JS, with_fit
+from app.poll.teacher import PollPanel, poll_panel, wire_poll
 
 __all__ = ["LessonHandles", "build_lesson_tab", "register_deep_link", "build_lesson_demo", "lesson_data",
            "open_chapter", "move", "tick", "shift_chapter", "answer", "render", "try_it_values", "deep_link",
@@ -54,6 +55,8 @@ class LessonHandles:
     fit: gr.Number | None = None
     race: gr.HTML | None = None
     message: str = ""
+    poll: PollPanel | None = None   # the class poll (app/poll/teacher.py), under the question
+    tab: gr.Tab | None = None
 
     def chapter_outputs(self) -> list:
         """What `open_chapter` returns, in order."""
@@ -70,14 +73,14 @@ def build_lesson_tab(try_it_targets: dict[str, gr.components.Component] | None =
     top_k, total_tokens, temperature, top_p, seed, capacity, copy_branch, budget) and `tabs`, "Try it live" fills those
     controls with the chapter's prompt and settings and switches `tabs` to `live_tab_id`.
     """
-    with gr.Tab("Lesson", id="lesson", elem_id="lesson-tab"):
+    with gr.Tab("Lesson", id="lesson", elem_id="lesson-tab") as lesson_tab:
         try:
             lesson = lesson_data()
         except (FileNotFoundError, ValueError, KeyError) as exc:
             log.warning("lesson traces unavailable: %s", exc)
             message = f"**The lesson's recorded traces are missing or unreadable.** {html.escape(str(exc))}"
             gr.Markdown(message, elem_id="lesson-missing")
-            return LessonHandles(available=False, tabs=tabs, message=message)
+            return LessonHandles(available=False, tabs=tabs, message=message, tab=lesson_tab)
         first_prompt = lesson.prompt_ids[0]
         chapter0, _, step0, last0 = chapter_start(1, first_prompt)
 
@@ -86,18 +89,17 @@ def build_lesson_tab(try_it_targets: dict[str, gr.components.Component] | None =
             fit = gr.Number(0, elem_id="lesson-fit", visible="hidden", interactive=False)
             prev_chapter, chapter, next_chapter, prompt, presenter, live_toggle = _chapter_bar(lesson, chapter0,
                                                                                                first_prompt)
-            text, quiz, reveal, race, plot, back, forward, play, step, try_it, tokens = _stage(
+            text, quiz, reveal, race, plot, back, forward, play, speed, step, try_it, tokens, poll = _stage(
                 first_prompt, chapter0, step0, last0, with_try_it=bool(try_it_targets) and tabs is not None)
-            speed = gr.Slider(*SPEEDS, value=1.0, step=0.5, label="Play speed (steps per second)",
-                              elem_id="lesson-speed")
         timer = gr.Timer(1.0, active=False)
         playing = gr.State(False)
         pending = gr.State(False)
 
     handles = LessonHandles(True, chapter, prompt, step, presenter, text, plot, tokens, timer, play, try_it, tabs,
-                            quiz, reveal, pending, fit, race)
+                            quiz, reveal, pending, fit, race, tab=lesson_tab, poll=poll)
     _wire(handles, back, forward, prev_chapter, next_chapter, speed, playing, live_toggle, try_it_targets,
           live_tab_id)
+    wire_poll(poll, handles)
     return handles
 
 
@@ -130,6 +132,7 @@ def _stage(first_prompt: str, chapter0: int, step0: int, last0: int, with_try_it
             text = gr.Markdown(text0, elem_id="lesson-text", elem_classes=["lesson-text"])
             quiz = gr.Radio([], value=None, label="", visible=False, elem_id="lesson-quiz")
             reveal = gr.Markdown("", elem_id="lesson-reveal")
+            poll = poll_panel()
         with gr.Column(scale=3, min_width=420):
             race = race_component(elem_id="lesson-race", visible=False)
             plot = gr.Plot(fig0, show_label=False, elem_id="lesson-plot")
@@ -137,12 +140,16 @@ def _stage(first_prompt: str, chapter0: int, step0: int, last0: int, with_try_it
                 back = gr.Button("◀ Step", elem_id="lesson-step-prev", scale=0, min_width=80)
                 forward = gr.Button("Step ▶", elem_id="lesson-step-next", scale=0, min_width=80)
                 play = gr.Button(PLAY, elem_id="lesson-play", scale=0, min_width=90)
+                # the play speed beside ▶ Play (steps per second, within SPEEDS)
+                speed = gr.Dropdown([(f"{v:g} step/s", v) for v in PLAY_SPEEDS], value=1.0, label="Play speed",
+                                    show_label=False, container=False, elem_id="lesson-speed", scale=0,
+                                    min_width=130)
                 step = gr.Slider(0, max(1, last0), value=step0, step=1, label=step_label(chapter0, last0),
                                  elem_id="lesson-step", scale=4)
                 try_it = (gr.Button("Try it live ↗", variant="secondary", elem_id="lesson-try", scale=0,
                                     min_width=120) if with_try_it else None)
             tokens = gr.HTML(tokens0, elem_id="lesson-tokens", js_on_load=None)
-    return text, quiz, reveal, race, plot, back, forward, play, step, try_it, tokens
+    return text, quiz, reveal, race, plot, back, forward, play, speed, step, try_it, tokens, poll
 
 
 # -- wiring --------------------------------------------------------------------------------------------
