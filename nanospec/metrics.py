@@ -27,6 +27,10 @@ events frame (`events_to_frame`) feed them alike.
   None; counts are 0.
 - **acceptance by depth**: per depth d, the decode steps that accepted at least d drafted tokens
   (`accepted_depth_counts`); over all steps, the acceptance rate at each draft position.
+- **break-even τ**: the τ at which a speculative step emits tokens exactly as fast as plain
+  decoding: (the step's verification forward + its drafting + its bookkeeping) / a plain step's
+  time. Above it speculation pays. **modelled speed-up** = τ × plain step / speculative step: what
+  a method's τ and per-step times predict (the lesson checks it against the measured tokens/s).
 - **token origins**: which source supplied each emitted token, one of `ORIGINS` (head, copy, both,
   bonus, vocab_miss); `event_origins(event)` gives them for a `StepEvent`.
 """
@@ -189,3 +193,27 @@ def accepted_depth_counts(accepted_per_step: Iterable[int], max_depth: int | Non
     steps = list(accepted_per_step)
     top = max(steps, default=0) if max_depth is None else max_depth
     return [sum(n >= d for n in steps) for d in range(top + 1)]
+
+
+# -- when speculation pays -------------------------------------------------------------------------
+def speculative_step_ms(verify_ms: float, draft_ms: float, other_ms: float = 0.0) -> float:
+    """The wall time of one speculative step: its verification forward, its drafting, its bookkeeping."""
+    return verify_ms + draft_ms + other_ms
+
+
+def break_even_tau(plain_step_ms: float, verify_ms: float, draft_ms: float, other_ms: float = 0.0) -> float:
+    """τ above which a speculative step beats plain decoding (one token per `plain_step_ms`); NaN
+    without a positive plain step time."""
+    if not plain_step_ms or plain_step_ms <= 0:
+        return math.nan
+    return speculative_step_ms(verify_ms, draft_ms, other_ms) / plain_step_ms
+
+
+def modelled_speedup(tau_value: float, plain_step_ms: float, verify_ms: float, draft_ms: float,
+                     other_ms: float = 0.0) -> float:
+    """The speed-up over plain decoding that τ and the per-step times predict: τ tokens per speculative
+    step against one token per plain step. NaN when a time is not positive."""
+    step = speculative_step_ms(verify_ms, draft_ms, other_ms)
+    if step <= 0 or not plain_step_ms or plain_step_ms <= 0:
+        return math.nan
+    return tau_value * plain_step_ms / step

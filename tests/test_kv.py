@@ -79,13 +79,15 @@ def test_buffered_cache_grows_crops_and_matches_the_stock_cache(tiny_pair, monke
 def test_tree_attention_equals_stock_sdpa_bit_for_bit(tiny_pair):
     """Grouped heads under a tree mask in one kernel call (attention.py) give the stock sdpa path's
     result exactly, on the tiny pair's grouped-query target."""
-    import copy
+    from nanospec.bench.random_pair import random_target
 
     from nanospec.decoding.attention import TREE_SDPA, use_tree_attention
 
     model, _ = tiny_pair
     assert model.config.num_key_value_heads < model.config.num_attention_heads  # the case it changes
-    stock, ours = copy.deepcopy(model), copy.deepcopy(model)
+    # Two fresh copies built from the same config and seed: the session's model may carry an engine's
+    # packed CPU weights, which cannot be deep-copied.
+    stock, ours = (random_target(model.config, seed=0).to(DEVICE) for _ in range(2))
     stock.config._attn_implementation = "sdpa"  # the session's model may already have been switched by an engine
     assert use_tree_attention(ours.config) and ours.config._attn_implementation == TREE_SDPA
     g = torch.Generator().manual_seed(9)

@@ -142,3 +142,14 @@ def test_accepted_depth_counts():
     assert accepted_depth_counts([0, 2, 1, 3, 0]) == [5, 3, 2, 1]
     assert accepted_depth_counts([0, 1], max_depth=3) == [2, 1, 0, 0]
     assert accepted_depth_counts([]) == [0]
+
+
+def test_break_even_tau_and_modelled_speedup_agree():
+    from nanospec.metrics import break_even_tau, modelled_speedup
+
+    # a plain step of 30 ms; a speculative step of 40 (verify) + 6 (draft) + 2 (bookkeeping) = 48 ms
+    assert break_even_tau(30.0, 40.0, 6.0, 2.0) == pytest.approx(1.6)
+    assert modelled_speedup(1.6, 30.0, 40.0, 6.0, 2.0) == pytest.approx(1.0)   # at break-even: a tie
+    assert modelled_speedup(2.4, 30.0, 40.0, 6.0, 2.0) == pytest.approx(1.5)
+    assert modelled_speedup(1.2, 30.0, 40.0, 6.0, 2.0) < 1.0                    # below it: slower than plain
+    assert math.isnan(break_even_tau(0.0, 40.0, 6.0)) and math.isnan(modelled_speedup(2.0, 30.0, 0.0, 0.0))
