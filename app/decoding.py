@@ -1,6 +1,6 @@
 """Where the app decodes: one long-lived decode thread for the process, and a step pump per run.
 
-The callbacks (app/callbacks.py) never decode on their own threads: they hand a step generator to a
+The callbacks (app/callbacks/) never decode on their own threads: they hand a step generator to a
 `StepPump`, which runs it on the shared `DecodeThread` and passes each step back as it arrives.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from nanospec.data.prompts import CATEGORIES, load_prompts
+from nanospec.data.prompts import CATEGORIES, load_prompts, prompt_text
 from nanospec.options import METHODS, OPTIONS, run_defaults
 
 SPEC_METHODS = METHODS[1:]
@@ -54,13 +54,6 @@ def parse_prompt(text) -> str | list[dict]:
     if turns[-1]["role"] != "user":
         raise ValueError("the last turn of a conversation must be 'user:'")
     return turns
-
-
-def prompt_text(item: dict) -> str:
-    """A prompt-set item as prompt-box text (inverse of `parse_prompt`)."""
-    if "turns" in item:
-        return "\n".join(f"{t['role']}: {t['content']}" for t in item["turns"])
-    return item["prompt"]
 
 
 def example_prompts(per_category: int = 2) -> list[tuple[str, str]]:

@@ -9,8 +9,9 @@ token origins, each defined once), `nanospec.events` (step events, summaries, th
 `nanospec.hub` (hub folders through one replaceable download function), `nanospec.data.prompts`
 (the prompt set and prompt files), `nanospec.precision` (exactness at low precision: first divergence
 and the target's margin there), `nanospec.lesson.record` (the recorded lesson's file names, format and command),
-`nanospec.lesson.stability` (whether timings were steady enough to show),
-`nanospec.decoding.budget` (the draft budget's `CostCurve`, as `SpecEngine.cost_curve()` returns it),
+`nanospec.lesson.fingerprint` (whether a recording was made by this engine),
+`nanospec.bench.trust` (whether timings can be trusted: one judgement for the lesson, `compare` and the app),
+`nanospec.decoding.cost_curve` (the draft budget's `CostCurve`, as `SpecEngine.cost_curve()` returns it),
 `nanospec.bench.peers` (outside engines, vLLM, run in a child process on the same prompts), and, for
 tests and development only, `nanospec.bench.random_pair` (random-weight models). Anything else,
 and any name starting with `_`, may change without notice.

@@ -23,6 +23,11 @@ class TreeConfig:
     default, 10, is the best of N = 0, 3, 6, 10 in a held-out `compare` run on a CPU
     (docs/benchmarks.md, "Context-copy branch").
 
+    `retrieval_nodes` N > 0 adds up to N nodes looked up in the pair's store of the target's past
+    answers (retrieved_branch.py): what followed the longest match (at least `retrieval_min_match`
+    tokens) of the recent context there, `retrieval_depth` tokens deep, the most frequent first. Off
+    by default (not yet measured); an engine without a store leaves it off.
+
     `fixed_shape`: verify the same number of nodes every step (the copy chain's unused slots stay
     as PAD nodes), as a GPU always does, where a shape that depends on data would make the host
     wait. Off, a CPU drops the PAD nodes first (it pays for every verified node); on any other
@@ -39,20 +44,31 @@ class TreeConfig:
     total_tokens: int = default("total_tokens")
     copy_branch: int = default("copy_branch")
     copy_ngram: int = default("copy_ngram")
+    retrieval_nodes: int = default("retrieval_nodes")
+    retrieval_depth: int = default("retrieval_depth")
+    retrieval_min_match: int = default("retrieval_min_match")
     fixed_shape: bool = default("fixed_shape")
     budget: bool = default("budget")
 
     @property
     def max_nodes(self) -> int:
-        """Nodes a verification forward can hold: the drafted tree plus the copy chain's slots."""
-        return self.total_tokens + self.copy_branch
+        """Nodes a verification forward can hold: the drafted tree plus the copy chain's and the
+        retrieved branch's slots."""
+        return self.total_tokens + self.copy_branch + self.retrieval_nodes
+
+    @property
+    def max_depth(self) -> int:
+        """The deepest node a tree can have: the drafted levels plus the copy chain, or the retrieved branch."""
+        return max(self.depth + self.copy_branch, self.retrieval_depth if self.retrieval_nodes else 0)
 
     def validate(self) -> None:
         _check_fields(self)
 
 
 # the options that shape a tree (a run that sets none of them gets the device's default tree)
-TREE_OPTIONS = frozenset(TreeConfig.__dataclass_fields__) - {"fixed_shape", "budget"}
+# (the retrieved branch's options add to whatever tree the run gets, as the budget does)
+TREE_OPTIONS = frozenset(TreeConfig.__dataclass_fields__) - {"fixed_shape", "budget", "retrieval_nodes",
+                                                             "retrieval_depth", "retrieval_min_match"}
 
 
 def default_tree(device) -> TreeConfig:

@@ -32,7 +32,7 @@ events frame (`events_to_frame`) feed them alike.
   time. Above it speculation pays. **modelled speed-up** = τ × plain step / speculative step: what
   a method's τ and per-step times predict (the lesson checks it against the measured tokens/s).
 - **token origins**: which source supplied each emitted token, one of `ORIGINS` (head, copy, both,
-  bonus, vocab_miss); `event_origins(event)` gives them for a `StepEvent`.
+  retrieved, bonus, vocab_miss); `event_origins(event)` gives them for a `StepEvent`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from collections.abc import Iterable, Sequence
 # -- token origins ---------------------------------------------------------------------------
 # The one vocabulary of where an emitted token came from. An accepted draft token's origin is the
 # source of its tree node (`StepEvent.tree_sources`, `copy_branch.SOURCE_NAMES` less root / pad):
-# the draft head, the context-copy chain, or both (the head drafted what the chain proposed). The
+# the draft head, the context-copy chain, or both (the head drafted what the chain proposed), or the
+# store of the target's past answers alone (`retrieved`; a node it shares with another keeps that label). The
 # token after the accepted path is the target's own: `ORIGIN_BONUS`, or `ORIGIN_VOCAB_MISS` when it
 # was outside the active set when the tree was drafted (the step's `coverage` is False; every
 # `miss_kind == "vocab"` step is one, and so is a path that ended at a leaf on such a token), so the
@@ -51,9 +52,10 @@ from collections.abc import Iterable, Sequence
 ORIGIN_HEAD = "head"
 ORIGIN_COPY = "copy"
 ORIGIN_BOTH = "both"
+ORIGIN_RETRIEVED = "retrieved"
 ORIGIN_BONUS = "bonus"
 ORIGIN_VOCAB_MISS = "vocab_miss"
-DRAFT_ORIGINS: tuple[str, ...] = (ORIGIN_HEAD, ORIGIN_COPY, ORIGIN_BOTH)  # accepted draft tokens
+DRAFT_ORIGINS: tuple[str, ...] = (ORIGIN_HEAD, ORIGIN_COPY, ORIGIN_BOTH, ORIGIN_RETRIEVED)  # accepted draft tokens
 ORIGINS: tuple[str, ...] = (*DRAFT_ORIGINS, ORIGIN_BONUS, ORIGIN_VOCAB_MISS)
 
 

@@ -138,6 +138,14 @@ _TABLE = [
            ui=(0, 16), label="copy branch: prompt-lookup tokens added to the tree (0 = off)", cli="list"),
     Option("copy_ngram", "tree", int, "copy branch: longest n-gram matched (then shorter ones, as transformers' "
            "prompt lookup)", 2, lo=1, hi=16),
+    # drafts retrieved from the target's own past answers (nanospec/retrieval): off until measured
+    Option("retrieval_nodes", "tree", int, "tree methods: add up to N nodes retrieved from the pair's store of the "
+           "target's past answers (the longest match of the recent context, count-weighted), 0 = off", 0,
+           lo=0, hi=64, ui=(0, 32), label="retrieved nodes added to the tree (0 = off)"),
+    Option("retrieval_depth", "tree", int, "retrieval: continuation tokens read per occurrence (the branch's "
+           "depth)", 6, lo=1, hi=16),
+    Option("retrieval_min_match", "tree", int, "retrieval: shortest context match (in tokens) that proposes "
+           "anything", 2, lo=1, hi=16),
     Option("fixed_shape", "tree", bool, "verify the same number of tree nodes every step (the copy chain's unused "
            "slots as PAD nodes), as a GPU always does; a CPU otherwise drops them first", False, cli="flag"),
     Option("budget", "tree", bool, "tree methods: the cost-aware draft budget, which verifies each step only the "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,8 +13,12 @@ from nanospec.heads.head import load_head
 from nanospec.heads.head3 import is_eagle3_folder, load_eagle3
 from nanospec.paths import ASSETS
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_HEAD = ASSETS / "heads" / "smollm2-135m-eagle"
 DEFAULT_FREQ = ASSETS / "freq" / "smollm2_token_freq.safetensors"
+RETRIEVAL_DIR = ASSETS / "retrieval"  # a pair's store of the target's past answers: <pair>.npz (retrieval.build)
+DEFAULT_RETRIEVAL = RETRIEVAL_DIR / "smollm2-135m.npz"
 
 
 @dataclass
@@ -47,7 +52,7 @@ def missing_before_load(methods: list[str], model: str | None = None, head: str 
 def load_pair(model: str | None = None, head: str | Path | None = None, *, device: str | None = None,
               dtype: str | None = None, freq_table: str | Path | None = None,
               progress: ProgressFn | None = None, trust_remote_code: bool = False,
-              pack_linears: bool = True) -> tuple[SpecEngine, PairInfo]:
+              pack_linears: bool = True, retrieval: str | Path | None = None) -> tuple[SpecEngine, PairInfo]:
     """`model=None` is the offline default SmolLM2-135M-Instruct with the project's shipped head.
 
     `model` and `head` are folders or hub ids (fetched through `nanospec.hub`, with progress).
@@ -55,6 +60,9 @@ def load_pair(model: str | None = None, head: str | Path | None = None, *, devic
     `hybrid`; `.safetensors`/`.npy` counts or FR-Spec's ranked `freq_*.pt`) defaults to the shipped
     one when its vocabulary matches the target.
     `pack_linears=False` keeps PyTorch's default fp32 CPU linear kernel (see cpu_linear.py).
+    `retrieval`: the store of the target's past answers for the retrieved branch (the `retrieval_nodes`
+    option; default: the shipped `assets/retrieval/smollm2-135m.npz` for the default target, else none).
+    A missing or bad store leaves the branch off with one log line; it never fails the load.
     """
     from nanospec.loaders.loading import check_dtype_supported, load_target, resolve_device, resolve_dtype
 
@@ -82,7 +90,25 @@ def load_pair(model: str | None = None, head: str | Path | None = None, *, devic
                     dtype=str(loaded.dtype).removeprefix("torch."), vocab_size=vocab,
                     hidden_size=target.config.hidden_size, notes=list(draft.notes) if draft is not None else [],
                     head_family=head_family(draft))
+    _attach_retrieval(engine, info, retrieval if retrieval is not None or not is_default_alias(model)
+                      else DEFAULT_RETRIEVAL, explicit=retrieval is not None)
     return engine, info
+
+
+def _attach_retrieval(engine: SpecEngine, info: PairInfo, path: str | Path | None, explicit: bool) -> None:
+    """The engine's retrieval index from `path`, or none: one log line when a store was asked for and is
+    missing or bad (`load_retrieval`), or when the default one is absent."""
+    from nanospec.decoding.retrieved_branch import load_retrieval
+
+    if path is None:
+        return
+    path = Path(path)
+    if not explicit and not path.exists():
+        logger.info("no retrieval store at %s (python -m nanospec.retrieval.build); retrieved drafts are off", path)
+        return
+    engine.retrieval = load_retrieval(path, engine.tokenizer)
+    if engine.retrieval is not None:
+        info.notes.append(f"retrieval store {path.name}: {len(engine.retrieval.store):,} tokens")
 
 
 def _frequent_ids(freq_table: str | Path | None, vocab: int):

@@ -10,8 +10,10 @@ A device's `tree` is a set of overrides of that device's run defaults (`options.
 name a tree option of the options table and each value checked against it; options it leaves out
 (the copy branch, the draft budget, ...) keep the device's default.
 
-Relative paths in the file are relative to the project root; `"target": "default"` is the offline
-SmolLM2-135M-Instruct. Presets never enable `trust_remote_code`.
+An entry's optional `retrieval` names the store of the retrieved branch (default: the pair's
+`assets/retrieval/<pair>.npz` where one is shipped). Relative paths in the file are relative to the
+project root; `"target": "default"` is the offline SmolLM2-135M-Instruct. Presets never enable
+`trust_remote_code`.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Preset:
     head: str | None
     freq_table: str | None
     devices: dict[str, DeviceSettings]
+    retrieval: str | None = None  # the store for the retrieved branch (None: the pair's default, if any)
 
     @property
     def offline(self) -> bool:
@@ -84,7 +87,8 @@ class Preset:
         settings = self.settings(resolved.type)
         return load_pair(None if self.target == "default" else self.target, _local(self.head), device=str(resolved),
                          dtype=settings.dtype, freq_table=_local(self.freq_table), progress=progress,
-                         trust_remote_code=False, pack_linears=pack_linears)
+                         trust_remote_code=False, pack_linears=pack_linears,
+                         retrieval=_local(self.retrieval) if self.retrieval is not None else None)
 
 
 def load_presets(path: str | Path | None = None) -> tuple[dict[str, Preset], str]:
@@ -132,7 +136,7 @@ def _parse(entry: dict, path: Path) -> Preset:
             raise ValueError(f"{where}: {exc}") from None
         devices[device] = DeviceSettings(device, settings["dtype"], dict(tree))
     return Preset(entry["name"], entry["label"], entry["description"], entry["target"], entry.get("head"),
-                  entry.get("freq_table"), devices)
+                  entry.get("freq_table"), devices, entry.get("retrieval"))
 
 
 def _project_path(name: str) -> Path:

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import torch
 
 PHASES = (
-    "draft_layers", "lm_head", "gather_wait", "topk", "copy_lookup", "tree_build",
+    "draft_layers", "lm_head", "gather_wait", "topk", "copy_lookup", "retrieval_lookup", "tree_build",
     "verify_forward", "accept", "kv_compact", "vocab_update", "budget",
 )
-DRAFT_PHASES = ("draft_layers", "lm_head", "gather_wait", "topk", "copy_lookup")
+DRAFT_PHASES = ("draft_layers", "lm_head", "gather_wait", "topk", "copy_lookup", "retrieval_lookup")
 MIN_CPU_SHARE = 0.75  # a timing during which the process computed less than this was sharing the machine
 
 

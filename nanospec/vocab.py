@@ -23,7 +23,7 @@ import torch
 
 from nanospec.loaders.cpu_linear import PackedLinear, can_pack
 from nanospec.timing import PhaseTimer
-from nanospec.decoding import transfer
+from nanospec import transfer
 
 
 @dataclass

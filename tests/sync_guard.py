@@ -36,7 +36,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nanospec.decoding import transfer
+from nanospec import transfer
 
 aten = torch.ops.aten
 # aten ops whose output size or value the host needs from the device

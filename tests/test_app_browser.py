@@ -8,27 +8,23 @@ Needs Debian's `chromium` (/usr/bin/chromium) and `pip install playwright` (no `
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.browser import browser, require_browser  # noqa: F401 (the fixture)
 
 from nanospec.events import load_trace
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "artifacts"
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 @pytest.fixture(scope="module")
 def page_url():
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
-    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    require_browser()
     from app.models import pair_loader
     from app.ui import build_app
     from nanospec.pair import DEFAULT_HEAD
@@ -38,17 +34,6 @@ def page_url():
     _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, server_name="127.0.0.1", server_port=None)
     yield url
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-                                      args=ARGS)
-        yield chromium
-        chromium.close()
 
 
 def _open(browser, url: str):
@@ -98,6 +83,35 @@ def test_live_run_renders_tree_and_breakdown(page_url, browser):
     assert page.locator("#answer-text").text_content() == summary.text
     assert page.locator("#answer-text").inner_text().strip() == summary.text.strip()
     page.screenshot(path=str(ARTIFACTS / "app_live.png"), full_page=True)
+    page.close()
+
+
+def test_live_shows_where_speculation_pays_at_720p(page_url, browser):
+    """After a run (the draft budget on: a CPU's default, which records the pair's cost curve) the KPI row says
+    above which τ speculation pays here, whole and on screen at 1280x720, and the τ card is coloured against it."""
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page.set_default_timeout(60_000)
+    page.goto(page_url, wait_until="load")
+    page.locator("#run-btn").wait_for(state="visible")
+    _pick_example(page, "qa:")
+    _set_slider(page, "max-new-tokens", 8)
+    page.locator("#run-btn").click()
+    page.locator("#json-btn:not([disabled])").first.wait_for(timeout=300_000)  # the run finished
+    card = page.locator("#kpi-break-even")
+    card.scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    text = card.inner_text()
+    assert re.search(r"pays above τ = \d+\.\d\d here", text), text
+    assert "beats plain decoding" in card.get_attribute("title")  # the hover explains it
+    box = card.bounding_box()
+    assert box and box["x"] >= 0 and box["x"] + box["width"] <= 1280 + 1, f"the break-even card runs off the side: {box}"
+    cut = card.evaluate("""e => [e, ...e.querySelectorAll('*')].filter(x => x.scrollWidth > x.clientWidth + 1
+                                   || x.getBoundingClientRect().right > e.getBoundingClientRect().right + 1)
+                                   .map(x => x.textContent.slice(0, 40))""")
+    assert not cut, f"the break-even card's text is cut: {cut}"
+    style = page.locator("#kpi-tau > div").first.get_attribute("style")
+    assert "color:#" in style, "the τ card is not coloured against the break-even τ"
+    page.screenshot(path=str(ARTIFACTS / "app_live_break_even_1280x720.png"))
     page.close()
 
 

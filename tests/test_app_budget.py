@@ -10,7 +10,7 @@ from app.callbacks import LIVE_OUTPUTS, Explorer
 from app.dev.devtools import tiny_loader
 from app.models import EngineProvider
 from app.trace import load_view
-from nanospec.decoding.budget import CostCurve
+from nanospec.decoding.cost_curve import CostCurve
 
 PROMPT = "the draft tree accepts the draft tree the draft tree"
 KNOBS = dict(method="nanospec", max_new_tokens=16, depth=3, top_k=4, total_tokens=12)  # the rest: the page's

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from app import charts
+from tests import answer_text
 from app.callbacks import compare_table, compare_verdict, display_table
 from app.inputs import example_prompts, generation_options, parse_prompt
 from app.trace import RunView, TokenDecoder, load_view, save_downloads
@@ -63,7 +64,7 @@ def _trace(fig, name):
 def test_token_origins_and_answer_spans(frame):
     assert charts.token_origins(frame) == [charts.BONUS, charts.ACCEPTED, charts.ACCEPTED, charts.BONUS,
                                            charts.VOCAB_MISS]
-    spans = charts.answer_spans(frame, ["a", "b", "", "d", "e"])
+    spans = answer_text.answer_spans(frame, ["a", "b", "", "d", "e"])
     assert spans == [("a", charts.BONUS), ("b", charts.ACCEPTED), ("d", charts.BONUS), ("e", charts.VOCAB_MISS)]
     assert set(charts.ORIGIN_COLORS) == set(charts.ORIGIN_LABELS.values())
     assert set(charts.ORIGIN_LABELS) == set(metrics.ORIGINS)  # every origin the engine names has a colour
@@ -89,8 +90,8 @@ def test_answer_is_readable_text_with_origins_underlined():
     special = [False] * 10 + [True]
     shown = charts.answer_html(pieces, origins, special)
     # the text is the pieces run together, whitespace kept, markup escaped; the special token is not in it
-    assert charts.answer_tokens(shown) == pieces[:9]
-    assert "".join(charts.answer_tokens(shown)) == "Je suis déjà\n<b>ok</b>"
+    assert answer_text.answer_tokens(shown) == pieces[:9]
+    assert "".join(answer_text.answer_tokens(shown)) == "Je suis déjà\n<b>ok</b>"
     assert "&lt;b&gt;ok&lt;/b&gt;" in shown and "<b>ok</b>" not in shown
     assert "ended with &lt;|im_end|&gt;" in shown
     for label in (charts.ACCEPTED, charts.COPIED, charts.BOTH, charts.BONUS, charts.VOCAB_MISS):
@@ -264,7 +265,7 @@ def test_tree_figure_and_kpis_mark_the_copy_chain():
     assert _trace(fig, charts.SOURCE_LEGEND["copy"]) and "3 on the copy chain" in fig.layout.title.text
     assert "copy chain" not in charts.tree_figure(frame, 2, TEXT).layout.title.text
     values = charts.kpi_from_summary(summarize(events, "nanospec", 1.0, "eos"))
-    assert values["accepted_by_source"] == {"head": 0, "copy": 1, "both": 1}
+    assert values["accepted_by_source"] == {"head": 0, "copy": 1, "both": 1, "retrieved": 0}
     html = charts.kpi_html(values)
     assert "accepted drafts from the copy chain" in html and "100.0%" in html
     assert "copy chain" not in charts.kpi_html(charts.kpi_from_summary(summarize(make_events(), "nanospec", 1.0,
@@ -576,3 +577,11 @@ def test_counts_agree_with_their_nouns():
     assert "over 1 step," in note and "over 1 steps" not in note
     one = charts.kpi_html({"steps": 1, "tau": 1.0})
     assert "1 decode step<" in one
+
+
+def test_every_engine_phase_has_a_plain_name_a_group_and_a_colour():
+    from nanospec.timing import PHASES
+    from app.charts.words import PHASE_COLORS, PHASE_NAMES
+    assert set(PHASE_NAMES) == set(PHASES) and set(PHASE_COLORS) == set(PHASES)
+    assert len(set(PHASE_COLORS.values())) == len(PHASES), "two phases share a colour"
+    assert {p.group for p in PHASE_NAMES.values()} == {"drafting", "verification", "bookkeeping"}

@@ -13,10 +13,10 @@ import pytest
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client, handle_file  # noqa: E402
 
-from app.charts import answer_tokens  # noqa: E402
+from tests.answer_text import answer_tokens  # noqa: E402
 from app.dev.devtools import tiny_loader  # noqa: E402
 from app.ui import build_app  # noqa: E402
-from nanospec.decoding.budget import CostCurve  # noqa: E402
+from nanospec.decoding.cost_curve import CostCurve  # noqa: E402
 from nanospec.config import TreeConfig  # noqa: E402
 from nanospec.events import load_trace  # noqa: E402
 

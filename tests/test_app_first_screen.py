@@ -10,17 +10,12 @@ Needs Python `playwright` and Chromium at /usr/bin/chromium (or $NANOSPEC_CHROMI
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
 import pytest
+
+from tests.browser import browser, require_browser  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = os.environ.get("NANOSPEC_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 PRESENTER_MIN_PX = 18
 
 
@@ -30,27 +25,13 @@ def _never_load(*args, **kwargs):
 
 @pytest.fixture(scope="module")
 def url():
-    pytest.importorskip("playwright.sync_api", reason="Python playwright is not installed")
-    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        pytest.skip(f"no Chromium at {CHROMIUM} (set NANOSPEC_CHROMIUM)")
+    require_browser()
     from app.ui import build_app
 
     demo = build_app(_never_load)
     _, local, _ = demo.launch(prevent_thread_lock=True, quiet=True, server_name="127.0.0.1", server_port=None)
     yield local
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _open(browser, url: str, width: int, height: int, query: str = ""):
@@ -81,6 +62,42 @@ def test_run_is_on_the_first_screen(url, browser, size):
     _in_view(page, "#prompt textarea")
     if size[0] >= 1280:
         _in_view(page, "button[role=tab]:has-text('Live')")
+    page.close()
+
+
+# every dropdown in view: the input's text box (its content box, inside the padding) ends before the caret
+DROPDOWN_CARETS_JS = """() => [...document.querySelectorAll('input[role=combobox], input[role=listbox]')]
+  .filter(inp => inp.checkVisibility()).map(inp => {
+    const caret = inp.parentElement.querySelector('.icon-wrap, .dropdown-arrow');
+    const box = inp.getBoundingClientRect(), cs = getComputedStyle(inp);
+    return {value: inp.value, textRight: box.right - parseFloat(cs.paddingRight),
+            caretLeft: caret ? caret.getBoundingClientRect().left : Infinity};
+  })"""
+
+
+@pytest.fixture(scope="module")
+def picker_url():
+    """The page as `python app.py` builds it: with the pair picker (a dropdown), on loaders that never load."""
+    from app.pairs import preset_provider
+    from app.ui import build_app
+
+    demo = build_app(provider=preset_provider("cpu", loader_for=lambda preset: _never_load))
+    _, local, _ = demo.launch(prevent_thread_lock=True, quiet=True, server_name="127.0.0.1", server_port=None)
+    yield local
+    demo.close()
+
+
+def test_dropdown_text_stays_clear_of_its_caret_on_a_phone(url, picker_url, browser):
+    page = _open(browser, picker_url, 390, 844)
+    page.locator("#pair-picker input").wait_for(state="visible")
+    boxes = page.evaluate(DROPDOWN_CARETS_JS)
+    page.locator("button[role=tab]", has_text="Lesson").click()
+    page.wait_for_timeout(800)
+    boxes += page.evaluate(DROPDOWN_CARETS_JS)
+    assert any("shipped head" in b["value"] for b in boxes), boxes
+    for b in boxes:
+        assert b["textRight"] <= b["caretLeft"] + 0.5, \
+            f"the caret (from x={b['caretLeft']:.0f}) covers {b['value']!r} (text box to x={b['textRight']:.0f})"
     page.close()
 
 

@@ -17,7 +17,7 @@ import pytest
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client, handle_file  # noqa: E402
 
-from app.charts import answer_tokens  # noqa: E402
+from tests.answer_text import answer_tokens  # noqa: E402
 from app.dev.devtools import tiny_loader  # noqa: E402
 from app.dev.served import free_port  # noqa: E402
 from app.trace import MAX_UPLOAD_BYTES as MAX_UPLOAD  # noqa: E402
@@ -37,7 +37,7 @@ GENERIC = "has raised an exception but has not enabled verbose error reporting"
 
 def with_made_up_cost(loader):
     """The loader's engine with a made-up cost curve for the draft budget (nothing measured or cached)."""
-    from nanospec.decoding.budget import CostCurve
+    from nanospec.decoding.cost_curve import CostCurve
 
     def load(progress=None):
         engine, info = loader(progress)

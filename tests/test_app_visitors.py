@@ -24,7 +24,7 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
 from gradio_client.utils import Status  # noqa: E402
 
-from app.charts import answer_tokens  # noqa: E402
+from tests.answer_text import answer_tokens  # noqa: E402
 from app.decoding import StepPump  # noqa: E402
 from app.dev.devtools import tiny_loader  # noqa: E402
 from app.inputs import DEFAULTS  # noqa: E402

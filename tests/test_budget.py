@@ -11,8 +11,9 @@ import time
 import pytest
 import torch
 
-from nanospec.decoding import budget as budget_mod
-from nanospec.decoding.budget import CostCurve, DraftBudget, load_or_measure
+from nanospec.decoding import cost_curve as budget_mod
+from nanospec.decoding.budget import DraftBudget
+from nanospec.decoding.cost_curve import CostCurve, load_or_measure
 from nanospec.config import METHODS
 from nanospec.decoding.copy_branch import BOTH, COPY, HEAD, PAD, ROOT
 from nanospec.decoding.engine import SpecEngine
@@ -221,7 +222,7 @@ def test_cost_curve_cache_missing_stale_malformed(tiny_pair, tmp_path, monkeypat
         return CostCurve(list(sizes), [5.0 + n for n in sizes], key)
 
     monkeypatch.setattr(budget_mod, "measure_cost_curve", fake_measure)
-    caplog.set_level(logging.WARNING, logger="nanospec.decoding.budget")
+    caplog.set_level(logging.WARNING, logger="nanospec.decoding.cost_curve")
     first = load_or_measure(target, DEVICE, False, 22, root=tmp_path)
     assert len(calls) == 1 and "none cached" in caplog.text
     assert max(first.sizes) >= 22 and first.per_token_ms == pytest.approx(1.0)
@@ -258,7 +259,7 @@ def test_a_cost_curve_measured_on_a_busy_machine_is_not_cached(tiny_pair, tmp_pa
         return CostCurve(list(sizes), [5.0 + n for n in sizes], key)
 
     monkeypatch.setattr(budget_mod, "measure_cost_curve", starved_measure)
-    caplog.set_level(logging.WARNING, logger="nanospec.decoding.budget")
+    caplog.set_level(logging.WARNING, logger="nanospec.decoding.cost_curve")
     curve = load_or_measure(target, DEVICE, False, 22, root=tmp_path)
     assert curve.per_token_ms == pytest.approx(1.0) and "busy" in caplog.text
     assert not budget_mod.curve_path(curve.key, tmp_path).exists()

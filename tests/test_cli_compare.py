@@ -72,14 +72,14 @@ def test_fixed_shape_flag_reaches_the_engine(monkeypatch):
 def _row(method, per_prompt, tau, repeats=3, n_prompts=2, cpu=0.95, drift=0.02):
     import statistics
 
-    from nanospec.bench.compare import assess_trust
+    from nanospec.bench.trust import assess_trust
     speedup = statistics.median(per_prompt)
     return {"method": method, "speedup": speedup, "tau": tau, "per_prompt_speedup": per_prompt,
             "trust": assess_trust(method, per_prompt, repeats, n_prompts, speedup, tau, cpu, drift)}
 
 
 def test_trust_flags_noise_busy_machines_drift_and_impossible_speedups():
-    from nanospec.bench.compare import trust_warnings
+    from nanospec.bench.trust import trust_warnings
     calm = [_row("ar", [1.0] * 6, 1.0), _row("nanospec", [1.8, 2.0, 1.85, 2.05, 1.9, 1.95], 3.0)]
     assert all(r["trust"]["trusted"] for r in calm) and trust_warnings(calm) == []
     # prompts 0 and 1 alternate: prompt 0's repeats are 1.8, 5.0, 1.9 -> one repeat was disturbed

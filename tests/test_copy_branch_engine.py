@@ -98,4 +98,4 @@ def test_copy_chain_fully_accepted_gives_tau_n_plus_one(n_copy):
     steps = out.events[1:-1]
     assert sum(e.n_emitted for e in steps) / len(steps) == n_copy + 1
     accepted = sum(len(e.accepted_tokens) for e in out.events[1:])
-    assert out.summary.accepted_by_source == {"head": 0, "copy": accepted, "both": 0}
+    assert out.summary.accepted_by_source == {"head": 0, "copy": accepted, "both": 0, "retrieved": 0}

@@ -206,7 +206,7 @@ def test_sampling_with_a_pruned_eagle3_head_matches_target_distribution():
     engine = SpecEngine(model, None, head, eos_token_ids=[])
     # a device where verifying more tokens costs nothing: the budget (on by default on a CPU) keeps every
     # node instead of pruning by this machine's timing of a tiny model, so rejection is always exercised
-    from nanospec.decoding.budget import CostCurve
+    from nanospec.decoding.cost_curve import CostCurve
     engine.use_cost_curve(CostCurve([1, 2, 4, 8, 16, 32], [10.0] * 6, {"device": "test"}))
     prompt = [3, 9, 1, 14, 3]
     p2, p3 = exact_marginals(model, prompt, 1.0, 1.0)

@@ -22,7 +22,7 @@ import torch
 
 from nanospec.decoding import engine as engine_module
 from nanospec.bench.random_pair import random_eagle3_head, random_head, random_target, random_target_config
-from nanospec.decoding.budget import CostCurve
+from nanospec.decoding.cost_curve import CostCurve
 from nanospec.decoding.engine import SpecEngine
 from nanospec.timing import PhaseTimer
 
@@ -257,7 +257,7 @@ def test_the_guard_sees_an_injected_sync_in_an_autoregressive_step(engines, prom
 
 
 def test_the_guard_sees_a_second_transfer(engines, prompt):
-    from nanospec.decoding import transfer
+    from nanospec import transfer
     with _inject(engine_module, "tree_position_ids", lambda out: transfer.to_host(out)):
         steps = guarded_steps(engines["eagle2"], prompt, method="full", fixed_shape=True, **SMALL)
     assert all([r.kind for r in s] == ["read", "read"] for s in steps)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import nanospec
-from nanospec.decoding import transfer
+from nanospec import transfer
 from nanospec.decoding.accept import greedy_path, sample_path, sample_token
 from nanospec.decoding.kv import compact_cache, new_cache
 from nanospec.decoding.tree import ancestor_mask, depths_from_parents, tree_attention_mask, tree_position_ids
@@ -18,8 +18,8 @@ from nanospec.decoding.verify import target_forward
 from .conftest import DEVICE
 from .test_sampling import CHI2_001, chi_square
 
-HOT_PATH = ("decoding/engine.py", "decoding/tree.py", "decoding/verify.py", "decoding/accept.py", "decoding/kv.py", "vocab.py", "drafters/eagle.py",
-            "drafters/eagle3.py", "decoding/copy_branch.py", "decoding/bookkeeping.py", "decoding/budget.py")
+HOT_PATH = ("decoding/engine.py", "decoding/tree.py", "decoding/verify.py", "decoding/accept.py", "decoding/kv.py", "vocab.py", "decoding/eagle.py",
+            "decoding/drafter.py", "decoding/copy_branch.py", "decoding/bookkeeping.py", "decoding/budget.py", "decoding/cost_curve.py")
 # host values that these modules may convert (not tensors); each entry: (module, argument source)
 HOST_CONVERSIONS = {
     ("decoding/engine.py", "getattr(model.config, 'max_position_embeddings', 1 << 30)"),
@@ -34,9 +34,9 @@ HOST_CONVERSIONS = {
 # measured or read before a run
 HOST_FUNCTIONS = {("decoding/tree.py", "root_to_leaf_paths"), ("decoding/tree.py", "keep_nodes"),
                   ("decoding/copy_branch.py", "drop_padding"), ("decoding/budget.py", "keep_drafting"),
-                  ("decoding/budget.py", "measure_cost_curve"), ("decoding/budget.py", "from_dict")}
+                  ("decoding/cost_curve.py", "measure_cost_curve"), ("decoding/cost_curve.py", "from_dict")}
 # host->device copies at prefill, once per request: the prompt, and the draft budget's prices (its cost curve)
-PREFILL_COPIES = {("decoding/engine.py", "_prefill"), ("drafters/eagle.py", "begin"), ("decoding/copy_branch.py", "begin"),
+PREFILL_COPIES = {("decoding/engine.py", "_prefill"), ("decoding/eagle.py", "begin"), ("decoding/copy_branch.py", "begin"),
                   ("decoding/budget.py", "__init__")}
 
 

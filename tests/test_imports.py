@@ -6,8 +6,9 @@ imported from another module of the project, fails the test with the modules inv
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from nanospec.dev.layers import cycles, imports
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("nanospec", "app")
@@ -25,26 +26,6 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
 
 
-def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, str | None, int]]:
-    """(imported project module, imported name or None, line) for every import in the file."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found += [(a.name, None, node.lineno) for a in node.names if a.name in known]
-        elif isinstance(node, ast.ImportFrom):
-            base = package.split(".")
-            base = base[:len(base) - node.level + 1] if node.level else []
-            target = ".".join(base + ([node.module] if node.module else []))
-            for alias in node.names:
-                sub = f"{target}.{alias.name}"
-                if sub in known:  # `from . import metrics`: the submodule itself
-                    found.append((sub, None, node.lineno))
-                elif target in known:
-                    found.append((target, alias.name, node.lineno))
-    return found
-
-
 def graph() -> tuple[dict[str, set[str]], list[str]]:
     known = modules()
     edges: dict[str, set[str]] = {name: set() for name in known}
@@ -57,37 +38,6 @@ def graph() -> tuple[dict[str, set[str]], list[str]]:
                     and (name, target, imported) not in KNOWN_PRIVATE:
                 private.append(f"{path.relative_to(ROOT)}:{line} imports {imported} from {target}")
     return edges, private
-
-
-def cycles(edges: dict[str, set[str]]) -> list[set[str]]:
-    """Strongly connected components with more than one module (Tarjan)."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-
-    def visit(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in edges.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = set()
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.add(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(comp)
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return out
 
 
 def test_no_import_cycles():

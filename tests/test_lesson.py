@@ -228,7 +228,7 @@ def test_integration_try_it_sets_controls_and_switches_tab(no_model_loading):
     assert values[1] == "full" and values[2] == 5 and values[3].selected == "live"
 
 
-@pytest.mark.parametrize("query, expected", [({"chapter": "5"}, (5, False)), ({"chapter": "13"}, (None, False)),
+@pytest.mark.parametrize("query, expected", [({"chapter": "5"}, (5, False)), ({"chapter": str(len(lc.CHAPTERS) + 1)}, (None, False)),
                                              ({"chapter": "x", "presenter": "1"}, (None, True)), ({}, (None, False))])
 def test_deep_link_query(query, expected):
     assert lesson_tab.deep_link(SimpleNamespace(query_params=query)) == expected
@@ -264,7 +264,7 @@ def test_recording_pipeline_end_to_end(tmp_path):
 
 
 def test_a_noisy_recording_is_refused():
-    from nanospec.lesson import stability
+    from nanospec.bench import trust as stability
 
     steady = {"code-06/ar": {"tokens_per_s": [18.0, 18.5, 17.9], "speedup": [1, 1, 1], "cpu_share": [0.97] * 3},
               "code-06/full": {"tokens_per_s": [22.0, 22.4, 21.8], "speedup": [1.22, 1.21, 1.22],
@@ -284,13 +284,13 @@ def test_a_noisy_recording_is_refused():
 
 
 def test_shipped_recording_is_plausible(shipped):
-    """The shipped figures come from a steady machine: every run's repeats agree, plain decoding ran at
-    the machine's calibrated speed, and on the median prompt every method that accepts more than 1.5
-    tokens per step is faster than plain decoding."""
+    """The shipped figures come from a steady machine: every run's repeats agree and plain decoding ran at
+    the machine's calibrated speed. Whether a method beats plain decoding is not checked: a method slower
+    than `ar` is a valid result (tests/test_lesson_truth.py checks the figures against their traces)."""
     import gzip as gz
     import statistics
 
-    from nanospec.lesson import stability
+    from nanospec.bench import trust as stability
 
     bundle = json.loads(gz.open(lc.LESSON_DIR / lesson_traces.RUNS_FILE, "rt").read())
     docs, calibration = bundle["runs"], bundle["calibration"]
@@ -302,11 +302,6 @@ def test_shipped_recording_is_plausible(shipped):
     ar = [d["summary"]["tokens_per_s"] for d in docs if d["meta"]["run"] == "ar"]
     mid = statistics.median([calibration["before"], calibration["after"]])
     assert all(abs(t / mid - 1) < 0.25 for t in ar), (ar, calibration)
-    by_run: dict[str, list[float]] = {}
-    for d in docs:
-        if d["meta"]["run"] != "ar" and d["summary"]["tau"] > 1.5:
-            by_run.setdefault(d["meta"]["run"], []).append(statistics.median(d["meta"]["repeats"]["speedup"]))
-    assert by_run and all(statistics.median(v) > 1.0 for v in by_run.values()), by_run
     assert stability.MAX_SPREAD <= 0.25
 
 
@@ -369,7 +364,8 @@ def test_budget_tap_logs_every_drafted_node_without_touching_the_step():
     the budget prune: it agrees with the events, and the run's output is still plain greedy decoding's."""
     from app.dev.devtools import tiny_loader
     from nanospec.data.prompts import prompt_messages
-    from nanospec.decoding.budget import CostCurve, DraftBudget
+    from nanospec.decoding.budget import DraftBudget
+    from nanospec.decoding.cost_curve import CostCurve
     from nanospec.events import RunSummary, StepEvent
 
     engine, _ = tiny_loader(vocab=512, hidden=32, layers=1)(None)
@@ -401,7 +397,7 @@ def test_shipped_budget_run_logs_every_drafted_node(shipped):
 
 def test_budget_chapter_explains_a_step_with_kept_and_dropped_nodes(shipped):
     from app.lesson.data import budget_step
-    from nanospec.decoding.budget import CostCurve
+    from nanospec.decoding.cost_curve import CostCurve
 
     for pid in shipped.prompt_ids:
         run = lc.chapter_run(shipped, BUDGET_CHAPTER, pid)
@@ -544,7 +540,7 @@ def test_lesson_first_charts_fit_the_page(no_model_loading):
     for number in range(1, len(lc.CHAPTERS) + 1):
         for height in (720, 1080):
             fig = lesson_tab.render(number, pid, 1, True, fit=height)[1]
-            assert fig.layout.height == callbacks.chart_height(height, number) < height - 200
+            assert fig.layout.height == callbacks.chart_height(height, number, presenter=True) < height - 200
     assert callbacks.chart_height(0) is None  # not lesson-first: each chart keeps its own height
 
 

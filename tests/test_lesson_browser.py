@@ -9,21 +9,18 @@ Screenshots go to artifacts/lesson/ (gitignored). Needs Python `playwright` and 
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.browser import browser, require_browser  # noqa: F401 (the fixture)
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "artifacts" / "lesson"
-CHROMIUM = os.environ.get("NANOSPEC_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 def _free_port() -> int:
@@ -41,9 +38,7 @@ def serve():
     """`serve("lesson")`: the URL of the Lesson tab alone; `serve("app")`: of the whole app (Live tab, Compare,
     Lesson with "Try it live") on a loader that refuses to load. Each is launched once, on a free local
     port, and closed after the module. Skipped without playwright, Chromium or the recorded traces."""
-    pytest.importorskip("playwright.sync_api", reason="Python playwright is not installed")
-    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        pytest.skip(f"no Chromium at {CHROMIUM} (set NANOSPEC_CHROMIUM)")
+    require_browser()
     from app.lesson import build_lesson_demo, lesson_data
     from app.ui import build_app
 
@@ -68,18 +63,6 @@ def serve():
     finally:
         for demo in demos:
             demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _chapter_heading(page, n: int, timeout: float = 15_000) -> None:

@@ -61,7 +61,7 @@ def test_event_origins_follow_node_sources_and_the_bonus_flag():
     assert metrics.event_origins(step1) == ["copy", "both"]
     step1.tokens, step1.coverage = [11, 13, 15], False  # path ended at a leaf on a token outside the set
     assert metrics.event_origins(step1) == ["copy", "both", "vocab_miss"]
-    assert set(metrics.ORIGINS) == {"head", "copy", "both", "bonus", "vocab_miss"}
+    assert set(metrics.ORIGINS) == {"head", "copy", "both", "retrieved", "bonus", "vocab_miss"}
     assert all(o in metrics.ORIGINS for e in make_events() for o in metrics.event_origins(e))
 
 

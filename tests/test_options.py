@@ -13,7 +13,7 @@ import torch
 
 import nanospec.__main__ as cli
 from app.dev.devtools import tiny_loader
-from nanospec.decoding.budget import CostCurve
+from nanospec.decoding.cost_curve import CostCurve
 from nanospec.config import TREE_OPTIONS, GenerationConfig, SamplingConfig, TreeConfig, VocabConfig, default_tree
 from nanospec.options import OPTIONS, Option, check_option, options_of, run_defaults
 from nanospec.presets import load_presets

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.browser import browser, require_browser  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path(os.environ.get("NANOSPEC_POLL_SHOTS", ROOT / "artifacts" / "poll"))
-CHROMIUM = os.environ.get("NANOSPEC_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 WAIT_MS = 15_000
 
 
@@ -34,9 +32,7 @@ def _never_load(*args, **kwargs):
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
     """The whole app with the poll's routes, as `python app.py` launches it, on a fresh poll database."""
-    pytest.importorskip("playwright.sync_api", reason="Python playwright is not installed")
-    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        pytest.skip(f"no Chromium at {CHROMIUM} (set NANOSPEC_CHROMIUM)")
+    require_browser()
     from app.dev.served import free_port
     from app.lesson import lesson_data
     from app.poll.routes import poll_app_kwargs
@@ -61,18 +57,6 @@ def app_url(tmp_path_factory):
         demo.close()
         default_store.cache_clear()
         mp.undo()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _phone_fits(phone) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.poll.store import PollForbidden, PollStore
-from app.poll.teacher import Teacher, chapter_of, local_only, poll_questions, public_base
+from app.lesson.poll_panel import Teacher, chapter_of, local_only, poll_questions, public_base
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nanospec.decoding.budget import CostCurve
+from nanospec.decoding.cost_curve import CostCurve
 from nanospec.decoding.engine import SpecEngine
 from nanospec.decoding.kv import new_cache
 from nanospec.bench.random_pair import random_head, random_target, random_target_config

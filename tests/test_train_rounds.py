@@ -79,6 +79,18 @@ def test_pool_mixes_every_family_and_never_leaks_an_evaluation_prompt():
     assert items == build_part(0, 400, seed=0, exclude=[], guard=guard, pools=tiny_pools())   # seeded
 
 
+def test_later_parts_are_new_conversations_though_chats_share_follow_up_questions():
+    guard = LeakGuard(evaluation_conversations())
+    first = build_part(0, 400, seed=0, exclude=[], guard=guard, pools=tiny_pools())
+    second = build_part(1, 400, seed=0, exclude=[], guard=guard, pools=tiny_pools(),
+                        earlier=[it["messages"] for it in first])
+    key = lambda m: tuple((t["role"], t["content"]) for t in m)  # noqa: E731
+    assert not {key(it["messages"]) for it in first} & {key(it["messages"]) for it in second}
+    chats = [it["messages"] for it in second if it["source"] == "multi_turn"]
+    earlier_follow_ups = {it["messages"][-1]["content"] for it in first if len(it["messages"]) > 1}
+    assert any(len(m) > 1 and m[-1]["content"] in earlier_follow_ups for m in chats)
+
+
 def test_committed_pool_parts_hold_no_evaluation_prompt():
     guard = LeakGuard(evaluation_conversations())
     parts = sorted((ROOT / "train_data").glob("*/pool-*.jsonl.gz"))

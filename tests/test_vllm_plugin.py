@@ -126,7 +126,7 @@ def test_plugin_step_bookkeeping_without_vllm():
     torch.manual_seed(0)
     v, h, k = 60, 8, 2
     w = torch.randn(v, h)
-    state = vp.DraftVocab(w, capacity=40, ctx_topk=k)
+    state = vp.ProposerVocab(w, capacity=40, ctx_topk=k)
     vp.REPORT.clear()
     # step 1: request a prefills 3 tokens, b 5; vLLM computed logits at each row's last token only
     hid, tok, nxt = torch.randn(8, h), torch.randint(0, v, (8,)), torch.tensor([7, 9])
@@ -165,7 +165,7 @@ def test_eagle3_prefill_adds_the_targets_topk_only_where_vllm_computed_logits():
     torch.manual_seed(1)
     v, h, k = 60, 8, 2
     w = torch.randn(v, h)
-    state = vp.DraftVocab(w, capacity=40, ctx_topk=k, final_hidden=False)
+    state = vp.ProposerVocab(w, capacity=40, ctx_topk=k, final_hidden=False)
     vp.REPORT.clear()
     aux, tok, nxt = torch.randn(8, 3 * h), torch.randint(0, v, (8,)), torch.tensor([7, 9])  # not [N, H]
     logits_top = torch.randint(0, v, (2, k))  # the target's top-k at each row's last token
@@ -231,7 +231,7 @@ needs_vllm = pytest.mark.skipif(not _has_vllm(VLLM_PYTHON), reason="needs vLLM: 
 def _bench(tmp_path, *args) -> dict:
     out = tmp_path / "bench.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    done = subprocess.run([VLLM_PYTHON, "-m", "nanospec.serving.bench_vllm_vocab", "--json", str(out), *args],
+    done = subprocess.run([VLLM_PYTHON, "-m", "nanospec.bench.vllm_vocab", "--json", str(out), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     return json.loads(out.read_text())

@@ -329,7 +329,7 @@ def test_the_probe_is_not_blind(tmp_path):
 # ================================================================================================
 
 # (file, function) -> why a device-only call there is fine. Functions on the decoding path run inside
-# `spaces.GPU` on ZeroGPU (the engine's generate(), from app/callbacks.py's decorated `_decode_steps`).
+# `spaces.GPU` on ZeroGPU (the engine's generate(), from app/callbacks/__init__.py's decorated `_decode_steps`).
 DECODING_PATH = {
     ("nanospec/timing.py", "PhaseTimer.phase"):
         "CUDA events around each phase of a decode step; PhaseTimer runs inside SpecEngine.generate()",
@@ -342,7 +342,7 @@ DECODING_PATH = {
         "copies new rows on the side stream while drafting: per decode step",
     ("nanospec/vocab.py", "ActiveVocab.wait_ready"):
         "makes the compute stream wait for that copy before the LM head: per decode step",
-    ("nanospec/decoding/budget.py", "curve_key"):
+    ("nanospec/decoding/cost_curve.py", "curve_key"):
         "names the GPU a cost curve was measured on; called by SpecEngine.cost_curve() from stream(), "
         "which the app calls inside the decorated decode function, never at load time",
     ("nanospec/lesson/record.py", "machine_label"):
@@ -354,7 +354,7 @@ DECODING_PATH = {
     ("nanospec/bench/gpu_bench.py", "count_per_step"):
         "GPU benchmark CLI: counts CUDA event waits per step by patching torch.cuda.Event; never run by the app",
     ("nanospec/serving/vllm_plugin.py", "_sync"):
-        "vLLM plugin's benchmark timers, inside vLLM's worker processes (`bench_vllm_vocab`); never run by the app",
+        "vLLM plugin's benchmark timers, inside vLLM's worker processes (`nanospec.bench.vllm_vocab`); never run by the app",
 }
 # Start-up code that makes a device query which ZeroGPU's `spaces` answers in the main process without
 # touching the GPU (spaces/zero/torch/patching.py: current_device -> 0, get_device_properties/name/
@@ -373,7 +373,7 @@ STUBBED_IN_MAIN_PROCESS = {  # what spaces' patching answers in ZeroGPU's main p
     "is_bf16_supported",  # torch's own is_bf16_supported: is_available(), current_device(), get_device_properties()
 }
 ALLOWED_MODULES = ("nanospec/decoding/engine.py", "nanospec/timing.py", "nanospec/vocab.py", "nanospec/bench/",
-                   "nanospec/lesson/record.py", "nanospec/decoding/budget.py", "nanospec/serving/vllm_plugin.py")
+                   "nanospec/lesson/record.py", "nanospec/decoding/cost_curve.py", "nanospec/serving/vllm_plugin.py")
 
 
 class _DeviceCalls(ast.NodeVisitor):

@@ -4,7 +4,7 @@
 
 Launches the app on the offline default pair, runs one example prompt with the app's defaults (the
 context-copy chain and the draft budget on, as on a CPU), waits until the run has finished, checks
-the machine was steady while it ran (`nanospec.lesson.stability`: the figures in the picture must
+the machine was steady while it ran (`nanospec.bench.trust`: the figures in the picture must
 not be those of a busy machine) and writes the page. Run it on an idle machine; it refuses
 otherwise. Needs Debian's `chromium` and `pip install playwright` (no `playwright install`).
 

@@ -13,14 +13,39 @@ import gradio as gr
 
 from app.lesson import chapters as lc
 from app.lesson import figures
-from app.lesson.data import RUN_LABELS, Lesson, load_lesson
+from app.lesson.data import Lesson, load_lesson
 
 SPEEDS = (0.5, 4.0)  # Play speed bounds, steps per second
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 4.0)  # the speeds offered beside ▶ Play
-CHROME_PX = 262      # tab bar, lesson bar, step controls and gaps above and below the chart (lesson-first)
-RACE_PX = 225        # the race lanes above the chart (race chapter)
-TOKENS_SHARE = 0.16  # "The answer so far" under the chart (two lines of chips and their head), of the page height
-MIN_CHART_PX = 240
+# lesson-first layout, measured in Chromium at 1280x720 and 1920x1080 (desk and presenter): what sits around
+# the chart, in px, as a function of the UI type size `ui` (the CSS variable --lesson-ui, see `ui_px`)
+TOP_PX = 150         # tab bar, lesson bar and the gap above the chart
+GAP_PX = 16          # between the chart, the step controls, the answer so far and the race
+SLACK_PX = 8         # below the last block, so rounding never pushes it off the screen
+MIN_CHART_PX = 200
+
+
+def ui_px(fit: int, presenter: bool) -> float:
+    """The lesson's UI type size at a page `fit` px high, as style.py's CSS computes it (clamp of a vh share)."""
+    lo, share, hi = (14, 0.018, 24) if presenter else (13, 0.0175, 22)
+    return min(max(share * fit, lo), hi)
+
+
+def controls_px(ui: float) -> float:
+    """Step buttons, play speed and the step slider (its label on one line)."""
+    return 2.5 * ui + 42
+
+
+def tokens_px(ui: float) -> float:
+    """"The answer so far" under the controls: its head and two lines of token chips."""
+    return 7.5 * ui
+
+
+def race_px(ui: float) -> float:
+    """The race lanes above the chart: clock, three lanes of two lines, the caption."""
+    return 12.5 * ui + 61
+
+
 PLAY, PAUSE = "▶ Play", "Pause"   # no ⏸: Debian's fonts (and others) draw it as an empty box
 
 
@@ -50,14 +75,18 @@ def _fit(fit) -> int:
         return 0
 
 
-def chart_height(fit, number: int = 1) -> int | None:
-    """The chart's height in px when the lesson fills a page `fit` px high; None = the chart's own."""
+def chart_height(fit, number: int = 1, presenter: bool = False) -> int | None:
+    """The chart's height in px when the lesson fills a page `fit` px high; None = the chart's own. What sits
+    around the chart grows with the UI type (larger in presenter mode), so the chart takes what is left."""
     fit = _fit(fit)
+    if fit <= 0:
+        return None
+    ui = ui_px(fit, bool(presenter))
     race = lc.chapter(_clamp_chapter(number)).race is not None
-    # the answer so far stays on the first screen, under the chart; in the race chapter the lanes show the
-    # answers as they are written, and its chart keeps a readable height instead
-    room = fit - CHROME_PX - (RACE_PX if race else round(TOKENS_SHARE * fit))
-    return max(MIN_CHART_PX, room) if fit > 0 else None
+    # the answer so far stays on the first screen, under the controls; in the race chapter the lanes above the
+    # chart show the answers as they are written, and the answer so far may fall below the screen
+    around = TOP_PX + 2 * GAP_PX + controls_px(ui) + SLACK_PX + (race_px(ui) if race else tokens_px(ui))
+    return max(MIN_CHART_PX, round(fit - around))
 
 
 def question(number: int, prompt_id: str):
@@ -70,7 +99,7 @@ def render(number, prompt_id, step, presenter, fit=0, pending=False) -> tuple:
     """Text, figure and token view of one chapter at one step (a "predict first" card while pending)."""
     lesson = lesson_data()
     number, prompt_id = _clamp_chapter(number), _prompt(lesson, prompt_id)
-    height = chart_height(fit, number)
+    height = chart_height(fit, number, presenter)
     if pending and lc.chapter(number).question:
         size = figures.text_size(bool(presenter), _fit(fit))
         return (lc.predict_text(lesson, number, prompt_id), figures.predict_figure(size, height), "")
@@ -108,8 +137,9 @@ def race_update(number: int, prompt_id: str):
 
 
 def step_label(number: int, last: int) -> str:
-    """The step slider's label: short, so it fits beside the step buttons on a 1280 px screen."""
-    return f"Step 0–{last} of the {RUN_LABELS.get(lc.chapter(number).run, lc.chapter(number).run)} run (0 = prefill)"
+    """The step slider's label: one short line, so it fits beside the step buttons at 1280 px and in presenter
+    mode (the slider's ends show 0 and `last`; the chart's title and the provenance line name the run)."""
+    return "Step (0 = prefill)"
 
 
 def shift_chapter(number, prompt_id, presenter, delta: int, fit=0) -> tuple:

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from app import race
 from app.inputs import DEFAULTS
-from app.lesson import figures, narration, views
+from app.lesson import figures, narration, views, when_pays
 from app.lesson import questions as q
 from app.lesson.data import BUDGETED, SAMPLED, Lesson, LessonRun, budget_start, busiest_early_step, decode_events
 
@@ -85,6 +85,7 @@ class Chapter:
     start: StartFn
     question: QuestionFn | None = None   # predict, then reveal
     race: RaceFn | None = None           # race lanes shown above the chart
+    timed: bool = False                  # the chart shows recorded times: it says so when the engine changed
 
 
 # the engine's default tree, fixed (every drafted node verified) until the draft budget's chapter
@@ -96,7 +97,7 @@ CHAPTERS = (
             "many target forwards as tokens, and every forward costs about the same: the speed limit is **one "
             "token per forward**.",
             {"method": "ar", **_TREE},
-            figures.ar_figure, narration.ar_now, views.target_view, first_decode_step),
+            figures.ar_figure, narration.ar_now, views.target_view, first_decode_step, timed=True),
     Chapter(2, "Draft and verify", "greedy",
             "A small, cheap **drafter** guesses the next few tokens as a chain. The target then checks all guesses "
             "**in a single forward**: it keeps the longest prefix that matches what it would have written itself "
@@ -121,7 +122,7 @@ CHAPTERS = (
             "and it grows in step with V — and modern tokenizers have 128k to 256k tokens.",
             {"method": "full", **_TREE},
             figures.bottleneck_figure, narration.bottleneck_now, views.origin_view, first_decode_step,
-            q.bottleneck_question),
+            q.bottleneck_question, timed=True),
     Chapter(5, "Temporal locality", "ar",
             "The tokens a model writes are **rarely new**. Most already appeared in the prompt or earlier in the "
             "answer, or were among the target's own **top-3 guesses** at an earlier position. So the drafter "
@@ -155,7 +156,7 @@ CHAPTERS = (
             "the device**, so the loop never waits for the CPU.",
             {"method": "nanospec", **_TREE},
             figures.system_figure, narration.system_now, views.origin_view, first_decode_step,
-            q.system_question),
+            q.system_question, timed=True),
     Chapter(9, "The draft budget", BUDGETED,
             "A fixed tree verifies every drafted node, even one the target will almost surely reject, and on a "
             "CPU each verified token costs time. The **draft budget** weighs each node's p, its chance of being "
@@ -164,13 +165,14 @@ CHAPTERS = (
             "request's speed λ, read off the target's **measured** cost curve. It verifies the likeliest nodes, "
             "as many as make their summed p exceed their summed price by the most.",
             {"method": "nanospec", **_TREE, "budget": True},
-            figures.budget_figure, narration.budget_now, views.origin_view, budget_start, q.budget_question),
+            figures.budget_figure, narration.budget_now, views.origin_view, budget_start, q.budget_question,
+            timed=True),
     Chapter(10, "Try it", "nanospec",
             "Now run it yourself. **Try it live ↗** (under the chart) opens the Live tab with this chapter's prompt and NanoSpec's "
             "settings. Switch the method to `full` or `ar` and compare: every method writes the **same text**; "
             "they differ in how many target forwards and how much draft time it takes.",
             {"method": "nanospec", **_TREE, "budget": DEFAULTS["budget"]},
-            figures.try_figure, narration.try_now, views.origin_view, first_decode_step),
+            figures.try_figure, narration.try_now, views.origin_view, first_decode_step, timed=True),
     Chapter(11, "Sampling at temperature > 0", SAMPLED,
             "With temperature > 0 the target **samples** instead of taking its top token, so \"the same token\" "
             "no longer makes sense: speculative sampling must leave the **distribution** unchanged. The drafter "
@@ -186,7 +188,17 @@ CHAPTERS = (
             "when the step that wrote it finished in the recording; no model runs here. Speculative runs write "
             "in bursts (one burst per target forward), and each lane shows its τ and tokens/s at the finish.",
             {"method": "nanospec", **_TREE},
-            figures.race_figure, narration.race_now, views.origin_view, first_decode_step, race=race_lanes),
+            figures.race_figure, narration.race_now, views.origin_view, first_decode_step, race=race_lanes,
+            timed=True),
+    Chapter(13, "When does speculation pay?", "full",
+            "A speculative step writes **τ tokens** in the time of one verification forward plus drafting; plain "
+            "decoding writes **one token per plain step**. So speculation pays only when τ is larger than the "
+            "step's cost counted in plain steps: the **break-even τ**. On a CPU verifying more tokens costs "
+            "more (the measured curve, left); on a GPU it is nearly flat. The same head can lose on one machine "
+            "and win on another.",
+            {"method": "full", **_TREE},
+            when_pays.when_pays_figure, when_pays.when_pays_now, views.origin_view, first_decode_step,
+            when_pays.when_pays_question, timed=True),
 )
 
 
@@ -217,9 +229,18 @@ def chapter_figure(lesson: Lesson, number: int, prompt_id: str, step: int, prese
     """The chapter's chart at a step; `height` (px) fits it to the screen in lesson-first mode; in
     presenter mode its text grows with `screen`, the page height (px), see `figures.text_size`."""
     size = figures.text_size(presenter, screen)
-    fig = chapter(number).figure(lesson, chapter_run(lesson, number, prompt_id), step, size)
+    c = chapter(number)
+    fig = c.figure(lesson, chapter_run(lesson, number, prompt_id), step, size)
+    tag = lesson.info.get("engine_tag")
+    if c.timed and tag:   # recorded times from another engine than this repository's: said on the chart
+        # a second title line: plotly lifts a two-line title by half a line, so pad it down, and give the
+        # margin above the plot that line's room (subplot titles sit right above the plot)
+        fig.update_layout(title_text=f"{fig.layout.title.text}<br><span style='color:#b45309'>"
+                                     f"{html.escape(tag)}</span>", title_pad_t=round(size * 1.0),
+                          margin_t=(fig.layout.margin.t or 0) + round(size * 1.2))
     if height:
-        fig.update_layout(height=height)
+        # the title keeps ~5 px from the top edge whatever the height (0.99 of a short chart is 2 px: cut)
+        fig.update_layout(height=height, title_y=min(0.99, 1 - 5 / height))
     return figures.fit_text(fig, size)
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from nanospec import metrics
-from nanospec.decoding.budget import CostCurve
+from nanospec.decoding.cost_curve import CostCurve
 from nanospec.events import RunSummary, StepEvent, events_to_frame
+from nanospec.lesson.fingerprint import chart_tag, status as engine_status
 from nanospec.lesson.record import BUNDLE_FORMAT, COMMAND, LESSON_DIR, RUNS_FILE, SWEEP_FILE
 
 __all__ = ["BUNDLE_FORMAT", "COMMAND", "LESSON_DIR", "RUNS_FILE", "SWEEP_FILE", "RUN_LABELS", "SEEN", "Lesson",
@@ -115,8 +116,12 @@ def load_lesson(folder: str | Path | None = None) -> Lesson:
     path = folder / RUNS_FILE
     if not path.exists():
         raise FileNotFoundError(f"no lesson traces at {path}; record them with `{COMMAND}`")
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        doc = json.load(fh)
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:   # one line, naming the file
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ValueError(f"{path} is corrupted ({reason}); re-record it with `{COMMAND}`") from None
     if not isinstance(doc, dict) or doc.get("format") != BUNDLE_FORMAT:
         raise ValueError(f"{path.name} is not a lesson bundle written by `{COMMAND}`")
     runs = {}
@@ -128,7 +133,10 @@ def load_lesson(folder: str | Path | None = None) -> Lesson:
               if entry.get("distribution")}
     sweep_path = folder / SWEEP_FILE
     sweep = json.loads(sweep_path.read_text()) if sweep_path.exists() else None
-    info = {k: doc.get(k) for k in ("command", "recorded_at", "machine", "pair", "settings")}
+    info = {k: doc.get(k) for k in ("command", "recorded_at", "machine", "pair", "settings", "calibration",
+                                    "fingerprint")}
+    info["engine_label"] = engine_status(doc)   # "" = recorded by the engine in this repository
+    info["engine_tag"] = chart_tag(doc)     # its short form, under every timed chart's title
     return Lesson(runs, doc["prompts"], info, sweep, sampled, checks)
 
 

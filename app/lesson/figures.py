@@ -1,7 +1,8 @@
 """The lesson's chapter figures: pure functions `(lesson, run, step, size) -> go.Figure`.
 
 `run` is the recorded run the chapter's step controls walk through; figures that compare runs
-find the others through `lesson`. Built on app/charts.py where the Live tab has the same chart.
+find the others through `lesson`. Built on app/charts/ where the Live tab has the same chart; the
+shared helpers are in figure_kit.py, chapters 9 and 11 in budget_figure.py and sampling_figure.py.
 """
 
 from __future__ import annotations
@@ -12,87 +13,14 @@ import statistics
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.charts import (ACCEPTED, BONUS, ORIGIN_COLORS, PHASE_COLORS, compare_figure, coverage_figure, token_label,
-                      tree_figure, vocab_figure)
+from app.charts import ACCEPTED, BONUS, ORIGIN_COLORS, PHASE_COLORS, coverage_figure, tree_figure, vocab_figure
 from app.race import LANE_COLORS as RACE_COLORS
-from app.lesson.data import COMMAND, SEEN, SYSTEM_PHASES, Lesson, LessonRun, budget_curve, budget_step, lm_head_share, \
-    phase_means, run_locality, summary_table
-
-CURRENT = "#111111"
-SHORT = {3072: "NanoSpec", 32000: "Llama-2", 49152: "SmolLM2", 128256: "Llama-3", 151936: "Qwen", 256000: "Gemma"}
-
-
-# -- figure helpers ----------------------------------------------------------------------------
-SIZE = 13                  # px: tick labels, axis titles, legends, bar labels on a desk screen
-PRESENTER_SIZE = 18        # px in presenter mode when the page height is unknown
-PRESENTER_SIZE_VH = 0.0175 # presenter mode: text grows with the page height (19 px at 1080 px, 14 at 720 px)
-PRESENTER_SIZES = (14, 26)
-
-
-def text_size(presenter: bool, screen: int | None = None) -> int:
-    """The figures' text size in px: `SIZE` on a desk; in presenter mode a share of the page height
-    `screen` (px, the height the lesson fills), so a projector's 1080 px get ~19 px and 720 px get 14."""
-    if not presenter:
-        return SIZE
-    if not screen:
-        return PRESENTER_SIZE
-    lo, hi = PRESENTER_SIZES
-    return int(min(max(round(screen * PRESENTER_SIZE_VH), lo), hi))
-
-
-def title_size(size: int) -> int:
-    return round(size * 1.25)
-
-
-def base_layout(title: str, size: int = SIZE, height: int = 420) -> dict:
-    """Title top left, legend in one row along the bottom edge, margins that grow with the text."""
-    return dict(template="plotly_white", height=int(height * (1.2 if size > SIZE else 1.0)),
-                font=dict(size=size), margin=dict(l=8, r=16, t=round(size * 4.6), b=round(size * 3.2)),
-                title=dict(text=title, font=dict(size=title_size(size)), x=0.01, xanchor="left", xref="container",
-                           y=0.99, yanchor="top", yref="container"),
-                legend=dict(orientation="h", yanchor="bottom", y=0.005, yref="container", x=0.01, xref="container",
-                            xanchor="left", font=dict(size=size)))
-
-
-def fit_text(fig: go.Figure, size: int) -> go.Figure:
-    """Every text of a figure at `size` px (titles a little larger): layout font, title, legend, subplot
-    titles and notes, axis titles, tick labels and the labels on bars, so that presenter mode reaches
-    every word; axes grow the margins they need instead of cutting labels."""
-    fig.update_layout(font_size=size, title_font_size=title_size(size), legend_font_size=size,
-                      uniformtext=dict(minsize=size, mode="show"))
-    fig.update_annotations(font_size=size)
-    fig.update_xaxes(tickfont_size=size, title_font_size=size, automargin=True)
-    fig.update_yaxes(tickfont_size=size, title_font_size=size, automargin=True, ticklabelstandoff=4)
-    fig.update_traces(textfont_size=size, selector=dict(type="bar"))
-    fig.update_traces(constraintext="none", selector=dict(type="bar", textposition="outside"))
-    fig.update_traces(textfont_size=size, selector=dict(mode="markers+text"))
-    return fig
-
-
-def presentable(fig: go.Figure, size: int) -> go.Figure:
-    """A figure made by app/charts.py, laid out for the lesson: title top left, legend along the bottom."""
-    layout = base_layout(fig.layout.title.text or "", size, fig.layout.height or 400)
-    fig.update_layout(title=layout["title"], legend=layout["legend"], margin=layout["margin"],
-                      height=layout["height"])
-    return fig
-
-
-def mark_step(fig: go.Figure, step: int, label: str | None = None, xref: str = "x") -> go.Figure:
-    """A vertical line at the current step, so the chart points at what the text talks about."""
-    fig.add_shape(type="line", x0=step, x1=step, y0=0, y1=1, xref=xref, yref="paper",
-                  line=dict(color=CURRENT, width=2, dash="dot"))
-    fig.add_annotation(x=step, y=1, xref=xref, yref="paper", text=label or f"step {step}", showarrow=False,
-                       yanchor="top", xanchor="left", font=dict(color=CURRENT), bgcolor="rgba(255,255,255,0.85)")
-    return fig
-
-
-def _opacity(xs, current) -> list[float]:
-    return [1.0 if x == current else 0.35 for x in xs]
-
-
-def _tok(run: LessonRun, token_id: int, width: int = 12) -> str:
-    return token_label(token_id, run.token_text)[:width]
-
+from app.lesson.data import COMMAND, SEEN, SYSTEM_PHASES, Lesson, LessonRun, lm_head_share, phase_means, run_locality, \
+    summary_table
+from app.lesson.figure_kit import (CURRENT, SHORT, SIZE, step_opacity, token_text, base_layout, fit_text, mark_step,  # noqa: F401
+                                   presentable, text_size, title_size)
+from app.lesson.budget_figure import budget_figure  # noqa: F401  (chapter 9)
+from app.lesson.sampling_figure import sampling_figure  # noqa: F401  (chapter 11)
 
 # -- chapter figures ---------------------------------------------------------------------------
 def ar_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
@@ -102,8 +30,8 @@ def ar_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go
     median = statistics.median(decode["wall_ms"]) if len(decode) else 0.0
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=steps, y=decode["wall_ms"].tolist(), name="one target forward (ms)",
-                         marker_color="#3b6fd8", marker_opacity=_opacity(steps, step),
-                         hovertext=[f"step {s}: emitted «{_tok(run, t)}»"
+                         marker_color="#3b6fd8", marker_opacity=step_opacity(steps, step),
+                         hovertext=[f"step {s}: emitted «{token_text(run, t)}»"
                                     for s, t in zip(steps, decode["bonus_token"])],
                          hovertemplate="%{hovertext}<br>%{y:.1f} ms<extra></extra>"), secondary_y=False)
     fig.add_trace(go.Scatter(x=steps, y=list(range(1, len(steps) + 1)), name="tokens written so far",
@@ -130,7 +58,7 @@ def chain_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) ->
     drafted = e.tree_tokens[1:]
     marker = round(size * 2.9)   # a square that holds a short token at the figure's text size
     # the root (last token written) on the left; drafted tokens at x = 1..k
-    fig.add_trace(go.Scatter(x=[0], y=[0.5], mode="markers+text", text=[_tok(run, e.root_token, 9)],
+    fig.add_trace(go.Scatter(x=[0], y=[0.5], mode="markers+text", text=[token_text(run, e.root_token, 9)],
                              textposition="middle center", marker=dict(symbol="square", size=marker, color="#e6e6e6",
                              line=dict(color="#555", width=1.5)), textfont=dict(size=size), name="last token",
                              hoverinfo="skip", showlegend=False), row=1, col=1)
@@ -139,12 +67,12 @@ def chain_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) ->
              for i in range(len(drafted))]
     if drafted:
         fig.add_trace(go.Scatter(x=list(range(1, len(drafted) + 1)), y=[1] * len(drafted), mode="markers+text",
-                                 text=[_tok(run, t, 9) for t in drafted], textposition="middle center",
+                                 text=[token_text(run, t, 9) for t in drafted], textposition="middle center",
                                  textfont=dict(size=size, color="white"), name="drafted",
                                  marker=dict(symbol="square", size=marker, color=colors), showlegend=False,
                                  hovertext=words, hoverinfo="text"), row=1, col=1)
     target_x = list(range(1, n_acc + 2))
-    target_txt = ["✓"] * n_acc + [_tok(run, e.bonus_token, 9)]
+    target_txt = ["✓"] * n_acc + [token_text(run, e.bonus_token, 9)]
     fig.add_trace(go.Scatter(x=target_x, y=[0] * len(target_x), mode="markers+text", text=target_txt,
                              textposition="middle center", textfont=dict(size=size, color="white"),
                              marker=dict(symbol="square", size=marker,
@@ -152,13 +80,16 @@ def chain_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) ->
                              hovertext=["target agrees"] * n_acc + ["bonus token: the target's own choice"],
                              hoverinfo="text", showlegend=False), row=1, col=1)
     fig.update_yaxes(tickvals=[0, 1], ticktext=["target", "drafter"], range=[-0.6, 1.6], row=1, col=1)
-    fig.update_xaxes(range=[-0.7, max(len(drafted), n_acc + 1) + 0.7], dtick=1, title_text="position after the "
-                     "last token", row=1, col=1)
+    # positions are named on the ticks ("last token", +1, +2, ...), not in an axis title: a title there
+    # would sit in the gap that holds the lower panel's title and collide with it on a short screen
+    width = max(len(drafted), n_acc + 1)
+    fig.update_xaxes(range=[-0.7, width + 0.7], tickvals=list(range(width + 1)),
+                     ticktext=["last token", *(f"+{i}" for i in range(1, width + 1))], row=1, col=1)
     decode = run.frame[run.frame["step"] > 0]
     steps = decode["step"].tolist()
     for name, ys, color in (("accepted", decode["n_accepted"].tolist(), ORIGIN_COLORS[ACCEPTED]),
                             ("bonus", [1] * len(steps), ORIGIN_COLORS[BONUS])):
-        fig.add_trace(go.Bar(x=steps, y=ys, name=name, marker_color=color, marker_opacity=_opacity(steps, step),
+        fig.add_trace(go.Bar(x=steps, y=ys, name=name, marker_color=color, marker_opacity=step_opacity(steps, step),
                              showlegend=False, hovertemplate="step %{x}: %{y}<extra>" + name + "</extra>"),
                       row=2, col=1)
     fig.update_layout(**base_layout(f"Draft and verify (greedy chain) · τ = {run.summary.tau:.2f} tokens per "
@@ -186,7 +117,7 @@ def bottleneck_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZ
     steps = decode["step"].tolist()
     for phase in ("draft_layers", "lm_head", "topk", "gather_wait"):
         fig.add_trace(go.Bar(x=steps, y=decode[f"phase_{phase}"].tolist(), name=phase,
-                             marker_color=PHASE_COLORS[phase], marker_opacity=_opacity(steps, step),
+                             marker_color=PHASE_COLORS[phase], marker_opacity=step_opacity(steps, step),
                              hovertemplate="step %{x}: %{y:.2f} ms<extra>" + phase + "</extra>"), row=1, col=1)
     fig.update_xaxes(title_text="decode step", row=1, col=1)
     fig.update_yaxes(title_text="ms", row=1, col=1)
@@ -294,68 +225,6 @@ def system_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -
     return mark_step(fig, step, xref="x2") if step > 0 else fig
 
 
-KEPT, DROPPED, NEEDED = "#3b6fd8", "#c8c8c8", "#d64545"
-
-
-def budget_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
-    """Ch. 9: every node the drafter drafted at this step, likeliest first, its calibrated chance p beside
-    its price (the tokens its share of the forward's time would earn: a red tick; verified: blue, accepted:
-    green, dropped: grey) | the target's measured cost curve with what this step verified and what
-    verifying every drafted node would have cost."""
-    bs, curve = budget_step(run, step), budget_curve(run)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.56, 0.44], horizontal_spacing=0.16,
-                        subplot_titles=("Chance each drafted node is accepted, and its price",
-                                        "Target forward time (measured)"))
-    if curve is None:
-        fig.add_annotation(text=f"no budgeted run recorded: run `{COMMAND}`", xref="paper", yref="paper", x=0.5,
-                           y=0.5, showarrow=False)
-        fig.add_trace(go.Scatter(x=[None], y=[None], showlegend=False))
-        fig.update_layout(**base_layout("The draft budget", size, 440))
-        return fig
-    if bs is not None:
-        labels = _labels([f"{_tok(run, n.token, 12)} · d{n.depth}" for n in bs.nodes])
-        for word, color, pick in (("accepted", ORIGIN_COLORS[ACCEPTED], lambda n: n.kept and n.accepted),
-                                  ("verified", KEPT, lambda n: n.kept and not n.accepted),
-                                  ("dropped", DROPPED, lambda n: not n.kept)):
-            rows = [(lab, n) for lab, n in zip(labels, bs.nodes) if pick(n)]
-            fig.add_trace(go.Bar(y=[lab for lab, _ in rows], x=[n.p for _, n in rows], orientation="h", name=word,
-                                 marker_color=color, text=[f"{n.p:.2f}" for _, n in rows], textposition="outside",
-                                 cliponaxis=False, legendgroup=word,
-                                 hovertemplate="%{y}: p = %{x:.3f}<extra>" + word + "</extra>"), row=1, col=1)
-        fig.add_trace(go.Scatter(x=bs.prices, y=labels, mode="markers", name="price (tokens its time would earn)",
-                                 marker=dict(symbol="line-ns", size=18, line=dict(width=3, color=NEEDED), color=NEEDED),
-                                 hovertemplate="%{y}: price %{x:.3f} tokens<extra>λ × its extra ms</extra>"),
-                      row=1, col=1)
-        fig.update_yaxes(categoryorder="array", categoryarray=labels, autorange="reversed", row=1, col=1)
-        fig.update_xaxes(range=[0, 1.22], dtick=0.25, title_text="p (calibrated)", row=1, col=1)
-    sizes, ms = curve.sizes, curve.ms
-    fig.add_trace(go.Scatter(x=sizes, y=ms, mode="lines+markers", name="measured", showlegend=False,
-                             line=dict(color="#7f8c8d", width=2.5), marker=dict(size=8),
-                             hovertemplate="%{x} tokens: %{y:.1f} ms<extra>one target forward</extra>"),
-                  row=1, col=2)
-    if bs is not None:
-        verified, drafted = len(bs.kept) + 1, len(bs.nodes) + 1
-        # this step on the curve: what it verified (root included) and what verifying every drafted node costs;
-        # the curve rises, so above-left and below-right of a point are free for its label
-        marks = [(verified, "this step", "circle", "bottom right")]
-        if drafted > verified:
-            marks.insert(0, (drafted, "all drafted", "circle-open", "top left"))
-        for n, word, symbol, where in marks:
-            fig.add_trace(go.Scatter(x=[n], y=[curve.ms_at(n)], mode="markers+text", showlegend=False,
-                                     text=[f"{word} ({n})"], textposition=where, textfont=dict(color=KEPT),
-                                     cliponaxis=False,
-                                     marker=dict(size=16, symbol=symbol, color=KEPT, line=dict(width=3, color=KEPT)),
-                                     hovertemplate=f"{word}: %{{x}} tokens, %{{y:.1f}} ms<extra></extra>"),
-                          row=1, col=2)
-    # room on the right for a label below-right of this step's point
-    fig.update_xaxes(title_text="tokens verified", tickangle=0, range=[0, sizes[-1] * 1.35], row=1, col=2)
-    fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=2)
-    title = (f"Step {bs.step}: verified {len(bs.kept)} of {len(bs.nodes)} drafted nodes, expected "
-             f"{bs.expected:.2f} tokens" if bs is not None else "The draft budget: prefill has no draft")
-    fig.update_layout(**base_layout(title, size, 440), barmode="overlay", bargap=0.25)
-    return fig
-
-
 TRY_METRICS = (("tokens_per_s", "tokens/s", "{:.1f}"), ("speedup", "speedup vs ar", "{:.2f}×"), ("tau", "τ", "{:.2f}"),
                ("draft_ms_per_step", "draft ms/step", "{:.1f}"))
 
@@ -391,91 +260,6 @@ def predict_figure(size: int = SIZE, height: int | None = None) -> go.Figure:
     fig.update_layout(template="plotly_white", height=height or 420, margin=dict(l=10, r=10, t=10, b=10),
                       xaxis=dict(visible=False), yaxis=dict(visible=False))
     return fig
-
-
-# -- sampling (chapter 11) -------------------------------------------------------------------------
-def _trial_colors(run: LessonRun, entry: dict) -> dict[int, tuple[str, str]]:
-    """token -> (colour, word) for the root's drafted candidates and the bonus of one step."""
-    marks: dict[int, tuple[str, str]] = {}
-    levels = entry.get("levels") or []
-    if levels:
-        for t in levels[0]["tried"]:
-            marks[t["token"]] = ((ORIGIN_COLORS[ACCEPTED], "drafted, accepted") if t["accepted"]
-                                 else ("#d64545", "drafted, rejected"))
-        if "bonus" in levels[0]:
-            marks[levels[0]["bonus"]["token"]] = (ORIGIN_COLORS[BONUS], "drawn from what is left")
-    return marks
-
-
-def sampling_figure(lesson: Lesson, run: LessonRun, step: int, size: int = SIZE) -> go.Figure:
-    """Ch. 11: the target's distribution at this step's root with the drafted candidates marked | the
-    first speculative token over many seeded runs against the target's own distribution. Tokens run down
-    the axis (horizontal bars), so their names are written whole and never run into each other."""
-    check = lesson.checks.get(run.prompt_id)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.22,
-                        subplot_titles=(f"Step {step}: target's p(x), first position", _check_title(check)))
-    trials = run.meta.get("trials") or []
-    entry = trials[min(step, len(trials) - 1)] if trials else {}
-    top = (entry.get("target_top") or [])[:TOP_TOKENS]
-    marks = _trial_colors(run, entry)
-    fig.add_trace(go.Bar(y=_labels([_tok(run, t, 10) for t, _ in top]), x=[p for _, p in top], orientation="h",
-                         showlegend=False, marker_color=[marks.get(t, ("#c8c8c8", ""))[0] for t, _ in top],
-                         text=[f"{p:.2f}" for _, p in top], textposition="outside", cliponaxis=False,
-                         hovertext=[marks.get(t, ("", "not drafted"))[1] for t, _ in top],
-                         hovertemplate="%{y}: p = %{x:.3f}<br>%{hovertext}<extra></extra>"), row=1, col=1)
-    for word, color in (("drafted, accepted", ORIGIN_COLORS[ACCEPTED]), ("drafted, rejected", "#d64545"),
-                        ("drawn from what is left", ORIGIN_COLORS[BONUS]), ("not drafted", "#c8c8c8")):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=word,
-                                 marker=dict(symbol="square", size=12, color=color)), row=1, col=1)
-    fig.update_xaxes(title_text="target probability", range=[0, max([0.1, *(p for _, p in top)]) * 1.3],
-                     row=1, col=1)
-    fig.update_yaxes(autorange="reversed", row=1, col=1)
-    if check:
-        _check_bars(fig, check, run)
-    else:
-        fig.add_annotation(text=f"not recorded: run `{COMMAND}`", xref="x2 domain", yref="y2 domain", x=0.5,
-                           y=0.5, showarrow=False)
-    temp = run.meta.get("config", {}).get("sampling", {}).get("temperature")
-    fig.update_layout(**base_layout(f"Speculative sampling at temperature {temp}: accept x with probability p(x)",
-                                    size, 460), barmode="group", bargap=0.2)
-    return fig
-
-
-TOP_TOKENS = 8  # tokens per panel in chapter 11
-
-
-def _labels(names: list[str]) -> list[str]:
-    """Category names made unique (two tokens can print alike), keeping the first as it is."""
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else name + "\u200b" * (seen[name] - 1))
-    return out
-
-
-def _check_title(check: dict | None) -> str:
-    if not check:
-        return "First speculative token over many runs"
-    return f"{check['kept']} seeded runs vs the target"
-
-
-def _check_bars(fig: go.Figure, check: dict, run: LessonRun) -> None:
-    n = check["kept"]
-    rows = check["tokens"][:TOP_TOKENS]
-    text = {int(k): v for k, v in check.get("token_text", {}).items()}
-    labels = _labels([token_label(r["token"], text)[:10] for r in rows])
-    target = [r["p"] for r in rows]
-    band = [1.96 * math.sqrt(max(p * (1 - p), 0.0) / n) for p in target]   # 95% range of n exact draws
-    fig.add_trace(go.Bar(y=labels, x=target, orientation="h", name="target p(x)", marker_color="#7f8c8d",
-                         error_x=dict(type="data", array=band, visible=True, color="#555"),
-                         hovertemplate="%{y}: p = %{x:.3f}<extra>target</extra>"), row=1, col=2)
-    fig.add_trace(go.Bar(y=labels, x=[r["count"] / n for r in rows], orientation="h",
-                         name=f"speculative, {n} runs", marker_color="#e8743b",
-                         hovertemplate="%{y}: %{x:.3f}<extra>speculative sampling</extra>"), row=1, col=2)
-    fig.update_xaxes(title_text=f"share of runs (total variation {check['total_variation']:.3f})",
-                     rangemode="tozero", row=1, col=2)
-    fig.update_yaxes(autorange="reversed", row=1, col=2)
 
 
 # -- the race (chapter 12) --------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import math
 
 from app.charts import token_label
 from app.inputs import DEFAULTS
+from app.lesson.verdicts import verdicts
 from app.lesson.data import COMMAND, RUN_LABELS, SEEN, Lesson, LessonRun, budget_curve, budget_step, ctx_breakdown, \
     decode_events, lm_head_share, price, run_locality
 
@@ -25,6 +26,8 @@ def provenance(lesson: Lesson, run: LessonRun) -> str:
     head = "the project's shipped draft head" if pair.get("head_kind") == "shipped" else f"head `{pair.get('head')}`"
     warn = ("\n\n> ⚠️ **Development traces:** recorded with an untrained random head, so τ is about 1. "
             f"Re-record with `{COMMAND}` once the shipped head exists.") if pair.get("head_kind") == "random" else ""
+    label = lesson.info.get("engine_label")
+    warn += f"\n\n> ⚠️ **Timings:** {html.escape(label)}." if label else ""
     return (f"<div class='provenance'><b>Real recorded trace</b> — run <code>{RUN_LABELS.get(run_key, run_key)}"
             f"</code> on prompt <code>{prompt_id}</code>: {html.escape(str(pair.get('target')))} + {head}, "
             f"{pair.get('device')} {pair.get('dtype')}, {how}, recorded {lesson.info.get('recorded_at')} on "
@@ -72,7 +75,8 @@ def tree_now(lesson: Lesson, run: LessonRun, step: int) -> str:
     pid = run.prompt_id
     e = run.event(step)
     chain = lesson.run(pid, "greedy").summary.tau if (pid, "greedy") in lesson.runs else math.nan
-    tail = f" Over the whole answer τ = **{run.summary.tau:.2f}** with the tree vs {chain:.2f} with the chain."
+    tail = (f" Over the whole answer τ = **{run.summary.tau:.2f}** with the tree vs {chain:.2f} with the chain. "
+            + verdicts(lesson, pid, ("full",)))
     if e.step == 0:
         return "**Step 0 (prefill):** no tree yet; drag the step slider or press Step ▶." + tail
     path = " → ".join(_q(run, t) for t in e.accepted_tokens) or "nothing"
@@ -206,6 +210,7 @@ def try_now(lesson: Lesson, run: LessonRun, step: int) -> str:
            f"--total-tokens {DEFAULTS['total_tokens']} --max-new-tokens "
            f"{(lesson.info.get('settings') or {}).get('max_new_tokens', 96)}")
     return (f"Prompt `{pid}`: *{html.escape(prompt[:160])}{'…' if len(prompt) > 160 else ''}*\n\n"
+            f"{verdicts(lesson, pid, ('full', 'nanospec'))}\n\n"
             f"On the command line: `{cli} \"…\"`. A live run on a CPU takes a few seconds (the model loads once).")
 
 
@@ -249,4 +254,5 @@ def race_now(lesson: Lesson, run: LessonRun, step: int) -> str:
             parts.append(f"`{key}` {total:.1f} s ({r.summary.tokens_per_s:.1f} tokens/s, τ {r.summary.tau:.2f})")
     now = sum(e.wall_ms for e in run.events[: step + 1]) / 1000
     return (" · ".join(parts) + f". The dotted line: `{run.key}` finished step {step} at {now:.2f} s. "
-            f"All times are the recorded ones ({html.escape(str((lesson.info.get('machine') or {}).get('text')))}).")
+            f"All times are the recorded ones ({html.escape(str((lesson.info.get('machine') or {}).get('text')))}). "
+            + verdicts(lesson, pid, ("full", "nanospec")))

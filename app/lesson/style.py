@@ -62,8 +62,10 @@ body.lesson-presenter #lesson-root #lesson-text code { font-size: 1em; }
 #lesson-root button, #lesson-root #lesson-bar input, #lesson-root #lesson-presenter span,
 #lesson-root #lesson-step [data-testid=block-info], #lesson-root #lesson-step input,
 #lesson-root #lesson-speed input, #lesson-root #lesson-speed [data-testid=block-info] { font-size: var(--lesson-ui); }
-/* the step slider's label wraps instead of being cut ("… prefill … 26)") */
+/* the step slider's label wraps instead of being cut ("… prefill … 26)"); its number box holds 3 digits, so the
+   label keeps the rest of the line */
 #lesson-root #lesson-step [data-testid=block-info] { white-space: normal; overflow: visible; text-overflow: clip; }
+#lesson-root #lesson-step input[type=number] { width: 3.6em; min-width: 0; flex: none; }
 #lesson-bar { align-items: end; gap: 8px; }
 #lesson-bar button, #lesson-controls button { white-space: nowrap; min-width: fit-content !important; }
 #lesson-controls { align-items: center; gap: 6px; }

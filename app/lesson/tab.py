@@ -25,7 +25,7 @@ from app.lesson import chapters as lc
 from app.lesson.callbacks import (PLAY, PLAY_SPEEDS, step_label, answer, chapter_start, deep_link, lesson_data, move, open_chapter,
                         render, set_speed, shift_chapter, tick, toggle_play, try_it_values)
 from app.lesson.style import CSS, DEEP_LINK_JS, LIVE_TOGGLE_JS, PRESENTER_FIT_JS, PRESENTER_JS, with_fit
-from app.poll.teacher import PollPanel, poll_panel, wire_poll
+from app.lesson.poll_panel import PollPanel, poll_panel, wire_poll
 
 __all__ = ["LessonHandles", "build_lesson_tab", "register_deep_link", "build_lesson_demo", "lesson_data",
            "open_chapter", "move", "tick", "shift_chapter", "answer", "render", "try_it_values", "deep_link",
@@ -55,7 +55,7 @@ class LessonHandles:
     fit: gr.Number | None = None
     race: gr.HTML | None = None
     message: str = ""
-    poll: PollPanel | None = None   # the class poll (app/poll/teacher.py), under the question
+    poll: PollPanel | None = None   # the class poll (app/lesson/poll_panel.py), under the question
     tab: gr.Tab | None = None
 
     def chapter_outputs(self) -> list:

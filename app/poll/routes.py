@@ -6,7 +6,7 @@
     POST /poll/<code>/answer    JSON {"question": id, "choice": i, "device": token} -> the new state
 
 `python app.py` passes them to Gradio's FastAPI app: `demo.launch(app_kwargs=poll_app_kwargs())`.
-There are no teacher routes: the teacher steers from the lesson (app/poll/teacher.py) with the poll's key.
+There are no teacher routes: the teacher steers from the lesson (app/lesson/poll_panel.py) with the poll's key.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from nanospec import metrics, precision
-from nanospec.lesson import stability
+from nanospec.bench.trust import assess_trust
 from nanospec.timing import metered
 from nanospec.config import GenerationConfig
 from nanospec.decoding.engine import SpecEngine
@@ -345,61 +345,3 @@ def _copy_share(share: dict | None) -> str:
     if not share or not (share.get("copy") or share.get("both")):
         return "-"
     return f"{100 * share.get('copy', 0):.0f}/{100 * share.get('both', 0):.0f}"
-
-
-# -- trust: whether a row's timings are findings or noise -----------------------------------------
-TRUST_MAX_SPREAD = stability.MAX_SPREAD  # a prompt's speedup across repeats (interquartile or full range / median)
-TRUST_MAX_PROMPT_SPREAD = 1.0  # one repeat: the per-prompt speedups' spread across prompts
-TRUST_MIN_CPU_SHARE = stability.MIN_CPU_SHARE  # below: the process shared the machine while it was timed
-TRUST_MAX_DRIFT = stability.MAX_DRIFT  # ar's speed at the end vs its first timed run
-# a speculative step runs at least one target forward, as a plain step does, and emits τ tokens on average:
-# a speedup well above τ means the ar timing it divides by was slowed by something else
-TAU_SLACK = 1.25
-
-
-def assess_trust(method: str, per_prompt_speedup: list[float], repeats: int, n_prompts: int, speedup: float,
-                 tau: float | None, cpu_share: float | None, ar_drift: float | None) -> dict:
-    """Whether a row's speed figures can be read as findings: {"trusted", "reasons" (why not), "notes"
-    (what was not measured), "repeats", "speedup_spread", "cpu_share", "ar_drift"}.
-
-    Untrusted when a prompt's speedup varied across repeats by more than `TRUST_MAX_SPREAD` (with one
-    repeat: the per-prompt speedups across prompts by more than `TRUST_MAX_PROMPT_SPREAD`), when the
-    process computed less than `TRUST_MIN_CPU_SHARE` of the wall time while the row ran (a busy
-    machine), when ar's speed drifted more than `TRUST_MAX_DRIFT` between its first and last run, or
-    when the speedup exceeds τ x `TAU_SLACK` (impossible unless the ar timing was disturbed)."""
-    reasons, notes = [], []
-    n = max(1, n_prompts)
-    if repeats >= 2:
-        groups = [per_prompt_speedup[i::n] for i in range(n)]
-        spreads = [stability.spread(g) for g in groups if len(g) >= 2]
-        spread = max(spreads, default=0.0)
-        if spread > TRUST_MAX_SPREAD:
-            worst = groups[spreads.index(spread)]
-            reasons.append(f"its speedup on one prompt varied {spread:.0%} between repeats "
-                           f"({', '.join(f'{v:.2f}x' for v in worst)})")
-    else:
-        spread = stability.spread(per_prompt_speedup) if n_prompts >= 2 else None
-        if spread is not None and spread > TRUST_MAX_PROMPT_SPREAD:
-            reasons.append(f"its per-prompt speedups disagree ({spread:.0%} spread over {n_prompts} prompts, "
-                           f"{min(per_prompt_speedup):.2f}x to {max(per_prompt_speedup):.2f}x)")
-        notes.append("1 repeat: run-to-run noise not measured (--repeat 3 measures it)")
-    if cpu_share is not None and cpu_share < TRUST_MIN_CPU_SHARE:
-        reasons.append(f"the process computed only {cpu_share:.0%} of the wall time while it ran (a busy machine)")
-    if ar_drift is not None and ar_drift > TRUST_MAX_DRIFT:
-        reasons.append(f"ar's speed changed {ar_drift:.0%} between its first and last run")
-    if method != "ar" and tau is not None and tau == tau and speedup == speedup and speedup > tau * TAU_SLACK:
-        reasons.append(f"its speedup {speedup:.2f}x exceeds its τ {tau:.2f}: a speculative step is not cheaper "
-                       "than a plain one, so the ar timing was disturbed")
-    return {"trusted": not reasons, "reasons": reasons, "notes": notes, "repeats": repeats,
-            "speedup_spread": spread, "cpu_share": cpu_share, "ar_drift": ar_drift}
-
-
-def trust_warnings(table: list[dict]) -> list[str]:
-    """One warning line per row whose figures are not to be trusted (`assess_trust`); none when all are."""
-    lines = []
-    for row in table:
-        trust = row.get("trust")
-        if trust and not trust["trusted"]:
-            lines.append(f"WARNING: {row['method']}: do not trust these figures: " + "; ".join(trust["reasons"])
-                         + ". Re-run on an idle machine" + (" with --repeat 3" if trust["repeats"] < 2 else "") + ".")
-    return lines

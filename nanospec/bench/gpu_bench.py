@@ -38,8 +38,9 @@ import torch
 
 from nanospec import metrics
 
-from nanospec.decoding import transfer
+from nanospec import transfer
 from nanospec.config import GenerationConfig, default_tree
+from nanospec.options import METHODS
 from nanospec.decoding.engine import SpecEngine
 from nanospec.paths import ASSETS
 from nanospec.precision import first_difference
@@ -49,7 +50,6 @@ from nanospec.bench.llama3_prompts import LLAMA3_VOCAB, load_prompt_ids
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
 
 FREQ_TABLE = ASSETS / "freq" / "llama3_token_freq.safetensors"
-METHODS = ("ar", "full", "static", "nanospec", "hybrid")
 
 
 @dataclass(frozen=True)

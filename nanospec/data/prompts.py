@@ -62,6 +62,14 @@ def prompt_messages(item: dict) -> list[dict]:
     return [{"role": "user", "content": item["prompt"]}]
 
 
+def prompt_text(item: dict) -> str:
+    """An item as prompt-box text (`role: content` lines for a conversation; the inverse of the app's
+    `parse_prompt`)."""
+    if "turns" in item:
+        return "\n".join(f"{t['role']}: {t['content']}" for t in item["turns"])
+    return item["prompt"]
+
+
 def prompt_input(item: dict) -> str | list[dict]:
     """What the engine encodes for one item (`SpecEngine.encode`): a single prompt as its text (a
     tokenizer with a chat template wraps it as one user turn, exactly `prompt_messages`; a base

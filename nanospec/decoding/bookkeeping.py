@@ -9,12 +9,13 @@ active set, the vocabulary's Ext count and the tree for the event. `spec_event` 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict
 
 import torch
 
-from nanospec.decoding import transfer
+from nanospec import transfer
 from nanospec.decoding.accept import greedy_path, sample_path
 from nanospec.config import SamplingConfig
 from nanospec.decoding.copy_branch import PAD, SOURCE_NAMES, drop_padding
@@ -26,11 +27,12 @@ from nanospec.vocab import VocabPolicy
 
 def accept_step(tree: DraftTree, logits: torch.Tensor, argmax: torch.Tensor, candidates: torch.Tensor,
                 vocab: VocabPolicy, sampling: SamplingConfig, gen: torch.Generator | None,
-                extra: tuple[torch.Tensor, ...] = ()) -> Acceptance:
+                figures=None) -> Acceptance:
     """Acceptance on the device, the vocabulary's proposal (Ext: the `candidates` plus the bonus
     token, which sampling may draw from outside them), then the step's one device->host transfer:
-    the path, the bonus token and its membership, the Ext count, the tree (for the event) and
-    `extra` (one value each, e.g. the draft budget's figures, read as `Acceptance.extra`)."""
+    the path, the bonus token and its membership, the Ext count, the tree (for the event) and the
+    tensor fields of `figures` (a dataclass, e.g. the draft budget's `BudgetFigures`; one value each),
+    returned with those fields read as `Acceptance.figures`."""
     if sampling.greedy:
         dp = greedy_path(tree.tokens, tree.parents, argmax, tree.ancestors, tree.enabled)
     else:
@@ -41,14 +43,18 @@ def accept_step(tree: DraftTree, logits: torch.Tensor, argmax: torch.Tensor, can
     sources = tree.sources if tree.sources is not None else torch.ones_like(tree.tokens)
     if tree.enabled is not None:  # pruned by the budget: shown as PAD, i.e. not at all
         sources = torch.where(tree.enabled, sources, PAD)
+    on_device = {} if figures is None else {f.name: getattr(figures, f.name) for f in dataclasses.fields(figures)
+                                            if isinstance(getattr(figures, f.name), torch.Tensor)}
     nodes, (n,), (bonus,), (bonus_in,), (n_new,), tokens, parents, depths, scores, in_active, src, *more = \
         transfer.to_host(dp.nodes, dp.length, dp.bonus, vocab.contains(dp.bonus), n_new,
                          tree.tokens, tree.parents, tree.depths, tree.scores, tree.in_active, sources,
-                         *(x.reshape(1) for x in extra))
+                         *(x.reshape(1) for x in on_device.values()))
+    if figures is not None:
+        figures = dataclasses.replace(figures, **{name: x[0] for name, x in zip(on_device, more)})
     host = HostTree(tokens=tokens, parents=parents, depths=depths, scores=[round(s, 4) for s in scores],
                     in_active=in_active, sources=[0] + src[1:])
     return Acceptance(path=nodes[:n], bonus=bonus, bonus_in_active=bonus_in, n_new=n_new, tree=host,
-                      keep=dp.nodes[:n], bonus_dev=dp.bonus, proposal=proposal, extra=[x[0] for x in more])
+                      keep=dp.nodes[:n], bonus_dev=dp.bonus, proposal=proposal, figures=figures)
 
 
 def spec_event(step: int, method: str, acc: Acceptance, accepted: list[int], tokens: list[int], active_size: int,

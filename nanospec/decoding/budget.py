@@ -29,7 +29,11 @@ Calibrated acceptance, per request, by tree depth d (device tensors, no host rea
   copy nodes   q = (accepted_{m,d} + 1) / (tried_{m,d} + 2): how often a copied token at that depth was,
                counted apart by how long the copy's match was (m: 1, 2, 3-4 or 5+ context tokens,
                `copy_branch.match_length`; a copy after a long match goes on as the context did more often);
-  both         the larger of the two.
+  both         the larger of the two;
+  retrieved    q = min(1, r_{m,d} · prob_i), r = (accepted_{m,d} + 2) / (predicted_{m,d} + 2): the store's
+               count / parent's count (retrieved_branch.py) corrected by how often retrieved nodes at that
+               depth were accepted, apart by the lookup's match length (m: <= 2, 3-4, 5+ tokens); a node that
+               retrieval proposed beside the head or the copy chain takes the larger chance.
 A node is "tried" when its parent was accepted; only tried nodes teach the statistics.
 
 On a CPU the engine drops the nodes it does not keep (and the drafter stops early when no frontier
@@ -39,195 +43,26 @@ disabled for acceptance instead, so deciding never reads a value on the host.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
-import statistics
-import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 
-from nanospec.decoding.copy_branch import BOTH, COPY, HEAD, PAD
+from nanospec.decoding.copy_branch import BOTH, COPY, HEAD, PAD, RETRIEVED
+from nanospec.decoding.cost_curve import CostCurve
 from nanospec.decoding.tree import DraftTree
-from nanospec.loaders.cpu_linear import packed_kernel
-from nanospec.timing import MIN_CPU_SHARE, metered
-
-log = logging.getLogger("nanospec.decoding.budget")
 
 MATCH_ROWS = 4  # rows of the copy statistics, by the copy chain's match length: <= 1, 2, 3-4, 5+ tokens
-CURVE_VERSION = 4  # 4: several rows on MKL packed sgemm, tree attention without KV copies, buffered KV cache; 3: one-row linears on MKL (cpu_linear.py); 2: every size from 1 to the largest tree; 1: powers of two
-CONTEXT = 256          # cached positions before the verified tokens when the curve is measured
-REPEATS = 5
-BUSY_CHECK_S = 0.2     # a measurement shorter than this is too short to judge the machine's load by
+RETRIEVAL_ROWS = 3  # rows of the retrieval statistics, by the lookup's match length: <= 2, 3-4, 5+ tokens
 
 
 @dataclass
-class CostCurve:
-    """Median ms of one target forward over n tokens (after `CONTEXT` cached ones), per size."""
+class BudgetFigures:
+    """One step's draft-budget figures, as its `StepEvent` reports them. While the step runs the first
+    two may be device tensors; the step's one host read turns them into numbers."""
 
-    sizes: list[int]
-    ms: list[float]
-    key: dict
-
-    @property
-    def per_token_ms(self) -> float:
-        """The marginal cost of one more verified token: the least-squares slope of ms against
-        size (noise in single medians would make differences of neighbours meaningless), >= 0."""
-        n, x, y = len(self.sizes), self.sizes, self.ms
-        mx, my = sum(x) / n, sum(y) / n
-        var = sum((a - mx) ** 2 for a in x)
-        slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / var if var else 0.0
-        return max(slope, 0.0)
-
-    @property
-    def one_token_ms(self) -> float:
-        return self.ms_at(1)
-
-    def ms_at(self, n: int) -> float:
-        """The forward's ms over n tokens: the measured median at a measured size, linear between two
-        measured sizes, and past the largest one the slope `per_token_ms` on from there."""
-        pts = sorted(zip(self.sizes, self.ms))
-        if n <= pts[0][0]:
-            return pts[0][1]
-        for (s0, m0), (s1, m1) in zip(pts, pts[1:]):
-            if n <= s1:
-                return m0 + (m1 - m0) * (n - s0) / (s1 - s0)
-        return pts[-1][1] + self.per_token_ms * (n - pts[-1][0])
-
-    def extra_ms(self, t: int) -> list[float]:
-        """[t]: how much longer than a plain step (one token) a verification of 1 + k tokens takes, k = 0..t-1,
-        from the closest curve that never falls (isotonic least squares over every measured size):
-        neighbouring medians differ by noise, and more tokens never take less time."""
-        times = monotone([self.ms_at(n) for n in range(1, max(t, max(self.sizes)) + 1)])
-        return [m - times[0] for m in times[:t]]
-
-    def describe(self) -> str:
-        points = ", ".join(f"{s}: {m:.1f}" for s, m in zip(self.sizes, self.ms))
-        return (f"target forward ms by verified tokens ({points}); {self.per_token_ms:.2f} ms per extra "
-                f"token on {self.key.get('device', '?')}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "CostCurve":
-        sizes, ms, key = d["sizes"], d["ms"], d["key"]
-        if (not isinstance(sizes, list) or not isinstance(ms, list) or len(sizes) != len(ms) or len(sizes) < 2
-                or not all(isinstance(s, int) and s >= 1 for s in sizes)
-                or not all(isinstance(m, (int, float)) and m > 0 for m in ms) or not isinstance(key, dict)):
-            raise ValueError("sizes and ms must be lists of the same length (>= 2) of positive numbers")
-        return cls([int(s) for s in sizes], [float(m) for m in ms], key)
-
-
-def monotone(values: list[float]) -> list[float]:
-    """The non-decreasing sequence closest to `values` in least squares (pool adjacent violators)."""
-    pools: list[list[float]] = []   # [sum, count] per pool
-    for v in values:
-        pools.append([v, 1])   # (a count: a Python int)
-        while len(pools) > 1 and pools[-2][0] / pools[-2][1] > pools[-1][0] / pools[-1][1]:
-            s, c = pools.pop()
-            pools[-1][0] += s
-            pools[-1][1] += c
-    return [s / c for s, c in pools for _ in range(c)]
-
-
-def curve_key(model, device: torch.device, packed: bool) -> dict:
-    """What a cost curve was measured for: another pair, dtype, device, thread count or torch makes it stale."""
-    cfg = model.config
-    conf = cfg.to_json_string(use_diff=False) if hasattr(cfg, "to_json_string") else repr(cfg)
-    dev = torch.device(device)
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    return {"version": CURVE_VERSION, "model": str(getattr(cfg, "_name_or_path", "") or type(model).__name__),
-            "config": hashlib.sha256(conf.encode()).hexdigest()[:16], "dtype": str(next(model.parameters()).dtype),
-            "device": f"{dev.type}:{name}", "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "packed": packed_kernel() if packed else False,
-            "attention": str(getattr(model.config, "_attn_implementation", ""))}
-
-
-def curve_sizes(max_nodes: int) -> list[int]:
-    """Sizes measured: every size from 1 to the largest tree (at least 16, so the slope has a range).
-    Every size, because the curve is not a line on every device (see the module docstring)."""
-    return list(range(1, max(16, max_nodes) + 1))
-
-
-@torch.inference_mode()
-def measure_cost_curve(model, device, sizes: list[int], key: dict, context: int = CONTEXT,
-                       repeats: int = REPEATS) -> CostCurve:
-    """Time the target's forward over each size, interleaved across sizes, median of `repeats`."""
-    from nanospec.decoding.kv import crop_cache, new_cache
-    from nanospec.timing import sync
-    from nanospec.decoding.verify import target_forward
-
-    context = max(1, min(context, int(getattr(model.config, "max_position_embeddings", 1 << 30)) - max(sizes) - 1))
-    vocab = int(model.config.vocab_size)
-    gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
-    cache = new_cache()
-    target_forward(model, prefix, torch.arange(context, device=device)[None], cache, with_logits=False)
-    top = max(sizes)
-    tokens = torch.randint(0, vocab, (1, top), generator=gen).to(device)
-    causal = torch.ones(top, top, dtype=torch.bool, device=device).tril()
-    times: dict[int, list[float]] = {n: [] for n in sizes}
-    for rep in range(repeats + 1):  # the first round warms up
-        for n in sizes:
-            mask = torch.cat([torch.ones(n, context, dtype=torch.bool, device=device), causal[:n, :n]], 1)[None, None]
-            pos = torch.arange(context, context + n, device=device)[None]
-            sync(device)
-            t0 = time.perf_counter()
-            target_forward(model, tokens[:, :n], pos, cache, mask)
-            sync(device)
-            if rep:
-                times[n].append((time.perf_counter() - t0) * 1e3)
-            crop_cache(cache, context)
-    return CostCurve(list(sizes), [statistics.median(times[n]) for n in sizes], key)
-
-
-def curve_path(key: dict, root: Path | None = None) -> Path:
-    """One file per pair (model and its config) and device kind; the rest of the key is checked inside."""
-    if root is None:
-        from nanospec.loaders.default_model import cache_root
-        root = cache_root()
-    ident = hashlib.sha256(f"{key['model']}|{key['config']}|{key['device']}".encode()).hexdigest()[:16]
-    return Path(root) / "cost" / f"{ident}.json"
-
-
-def load_or_measure(model, device, packed: bool, max_nodes: int, root: Path | None = None) -> CostCurve:
-    """The cached curve when it matches this pair, device and settings; otherwise measure it (a few
-    seconds), say why in a log line, and cache it. A missing, stale or malformed file is never trusted,
-    and a curve measured while the machine was busy (on a CPU: this process computed less than
-    `MIN_CPU_SHARE` of the time) is used but not cached."""
-    key = curve_key(model, device, packed)
-    sizes = curve_sizes(max_nodes)
-    path = curve_path(key, root)
-    why = "none cached"
-    if path.exists():
-        try:
-            curve = CostCurve.from_dict(json.loads(path.read_text()))
-            if curve.key != key:
-                changed = sorted(k for k in key if curve.key.get(k) != key[k])
-                why = f"the cached one is stale ({', '.join(changed)} changed)"
-            elif max(curve.sizes) < max(sizes):
-                why = f"the cached one stops at {max(curve.sizes)} tokens; trees here reach {max(sizes)}"
-            else:
-                return curve
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            why = f"the cached file {path.name} is unreadable ({exc})"
-    log.warning("nanospec: measuring the target's cost curve for the draft budget (%s)", why)
-    with metered() as meter:
-        curve = measure_cost_curve(model, device, sizes, key)
-    if torch.device(device).type == "cpu" and meter.wall_s >= BUSY_CHECK_S and meter.cpu_share < MIN_CPU_SHARE:
-        # another job shared the cores: its times are too slow for this machine, so use it for this run only
-        log.warning("nanospec: the machine was busy while the cost curve was measured (this process computed "
-                    "%.0f%% of the time): used for now, not cached", 100 * meter.cpu_share)
-        return curve
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(curve.to_dict(), indent=1))
-    except OSError as exc:
-        log.warning("nanospec: could not cache the cost curve in %s (%s); it will be measured again", path, exc)
-    return curve
+    expected_tokens: float | torch.Tensor  # tokens the kept tree is expected to bring, the bonus included
+    drafted_nodes: int | torch.Tensor      # nodes drafted before pruning (the copy chain's PAD slots excluded)
+    price: float                           # λ times the curve's mean slope: a node's mean price (`threshold`)
 
 
 class DraftBudget:
@@ -251,12 +86,16 @@ class DraftBudget:
         # by the copy's match length (rows) and depth, flattened: row * d + depth
         self.copy_tried = torch.zeros(MATCH_ROWS * d, device=device)
         self.copy_acc = torch.zeros(MATCH_ROWS * d, device=device)
+        self.retr_pred = torch.zeros(RETRIEVAL_ROWS * d, device=device)  # summed retrieval probs of tried nodes
+        self.retr_acc = torch.zeros(RETRIEVAL_ROWS * d, device=device)
         self._depths = d
         if earlier is not None and earlier.head_pred.shape == self.head_pred.shape:
             head = (self.CARRY / earlier.head_pred.clamp(min=self.CARRY)).clamp(max=1.0)
             copy = (self.CARRY / earlier.copy_tried.clamp(min=self.CARRY)).clamp(max=1.0)
+            retr = (self.CARRY / earlier.retr_pred.clamp(min=self.CARRY)).clamp(max=1.0)
             self.head_pred, self.head_acc = earlier.head_pred * head, earlier.head_acc * head
             self.copy_tried, self.copy_acc = earlier.copy_tried * copy, earlier.copy_acc * copy
+            self.retr_pred, self.retr_acc = earlier.retr_pred * retr, earlier.retr_acc * retr
         self.tokens = 0
         self.ms = 0.0
         self.plain_steps = 0
@@ -301,6 +140,20 @@ class DraftBudget:
         row = (m >= 2).long() + (m >= 3).long() + (m >= 5).long()           # <= 1, 2, 3-4, 5+ tokens
         return row * self._depths + d
 
+    def _retrieved_index(self, tree: DraftTree, d: torch.Tensor) -> torch.Tensor:
+        """[T] each node's entry in the retrieval statistics: its depth in the row of the lookup's match length."""
+        m = tree.retrieved_match if tree.retrieved_match is not None else torch.zeros_like(d[0])
+        return ((m >= 3).long() + (m >= 5).long()) * self._depths + d
+
+    def _retrieved_q(self, tree: DraftTree, q: torch.Tensor, src: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        """`q` with the retrieved nodes' chances: their own, or the larger of both where retrieval also proposed it."""
+        if tree.retrieved_prob is None:
+            return q
+        rp = tree.retrieved_prob.to(q.dtype)
+        retr_q = ((self.retr_acc + 2.0) / (self.retr_pred + 2.0))[self._retrieved_index(tree, d)] * rp
+        retr_q = retr_q.clamp(max=1.0)
+        return torch.where(src == RETRIEVED, retr_q, torch.where(rp > 0, torch.maximum(q, retr_q), q))
+
     def node_probs(self, tree: DraftTree) -> torch.Tensor:
         """[T] chance that each node is accepted (1 for the root, 0 for PAD nodes)."""
         d = tree.depths.clamp(max=self.max_depth)
@@ -308,6 +161,7 @@ class DraftBudget:
         copy_q = self._copy_rate()[self._copy_index(tree, d)]
         src = tree.sources if tree.sources is not None else torch.where(tree.depths > 0, HEAD, 0)
         q = torch.where(src == COPY, copy_q, torch.where(src == BOTH, torch.maximum(head_q, copy_q), head_q))
+        q = self._retrieved_q(tree, q, src, d)
         q = torch.where(src == PAD, torch.zeros_like(q), q)
         q = torch.where(tree.depths == 0, torch.ones_like(q), q)
         logq = torch.log(q.clamp(min=1e-6))
@@ -366,3 +220,9 @@ class DraftBudget:
         c = self._copy_index(tree, d)
         self.copy_tried.index_add_(0, c, copy.to(acc.dtype))
         self.copy_acc.index_add_(0, c, acc * copy)
+        if tree.retrieved_prob is not None:  # retrieval proposed it (alone or beside another source)
+            rp = tree.retrieved_prob.to(acc.dtype)
+            retr = tried & (rp > 0)
+            r = self._retrieved_index(tree, d)
+            self.retr_pred.index_add_(0, r, rp * retr)
+            self.retr_acc.index_add_(0, r, acc * retr)

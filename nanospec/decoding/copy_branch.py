@@ -32,8 +32,8 @@ from nanospec.timing import PhaseTimer
 from nanospec.decoding.tree import DraftTree, keep_nodes
 
 # where a tree node came from (DraftTree.sources, StepEvent.tree_sources)
-ROOT, HEAD, COPY, BOTH, PAD = 0, 1, 2, 3, 4
-SOURCE_NAMES = ("root", "head", "copy", "both", "pad")
+ROOT, HEAD, COPY, BOTH, PAD, RETRIEVED = 0, 1, 2, 3, 4, 5  # RETRIEVED: retrieved_branch.py's alone
+SOURCE_NAMES = ("root", "head", "copy", "both", "pad", "retrieved")
 DEFAULT_MAX_NGRAM = 2  # transformers' default max_matching_ngram_size
 
 

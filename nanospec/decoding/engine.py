@@ -1,47 +1,44 @@
 """The decoding loop: prefill, one speculative (or autoregressive) step, streaming and blocking APIs.
 
-    prompt -> prefill -> [draft tree -> verify -> accept -> compact KV -> update vocab/head]* -> text
+    prompt -> prefill -> [draft -> verify -> accept -> advance]* -> text
 
-`SpecEngine.stream()` returns a `Run` (`run.py`), an iterator of `StepEvent`s (one per target
-forward); `generate()` drains it. Both go through the same `_prefill` / `_spec_step` / `_ar_step`;
-acceptance and the step events are in `bookkeeping.py`.
-"""
+A speculative step: `_draft` (the drafter's tree, the copy chain, the retrieved branch, the budget's
+pruning), the verifying forward, `accept_step` (`bookkeeping.py`: acceptance and the step's one host
+read), `_advance` (the budget learns, KV compaction, the vocabulary's Ext, the drafter's update).
+`stream()` returns a `Run` (`run.py`) of `StepEvent`s (one per target forward); `generate()` drains
+it. The engine reaches the draft head only through `drafter.bind_head` and the `Drafter` protocol."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
-import weakref
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import torch
 
+from nanospec import transfer
 from nanospec.config import TREE_OPTIONS, GenerationConfig
-from nanospec.options import run_defaults
-from nanospec.decoding.bookkeeping import accept_step, single_node_event, spec_event
-from nanospec.decoding.budget import CostCurve, DraftBudget, load_or_measure
-from nanospec.decoding.copy_branch import PAD, CopyBranch
-from nanospec.loaders.cpu_linear import PackedLinear, kernel_summary
-from nanospec.loaders.fused_norm import fuse_rms_norms
-from nanospec.loaders.cpu_linear import pack_linears as pack_modules
-from nanospec.drafters.base import Drafter
-from nanospec.heads.draft_vocab import DraftVocab, needs_mapping
-from nanospec.drafters.eagle import EagleDrafter
-from nanospec.drafters.eagle3 import Eagle3Drafter
-from nanospec.events import StepEvent
-from nanospec.heads.features import FeatureRecorder
-from nanospec.heads.head import EagleHead, check_head_matches, check_head_placement
-from nanospec.heads.head3 import Eagle3Head, check_eagle3_head
-from nanospec.decoding.attention import use_tree_attention
-from nanospec.decoding.kv import compact_cache, new_cache
-from nanospec.decoding.run import Run, RunResult
-from nanospec.timing import PhaseTimer, sync
-from nanospec.decoding.tree import keep_nodes, tree_attention_mask, tree_position_ids
-from nanospec.decoding import transfer
 from nanospec.decoding.accept import sample_token
-from nanospec.decoding.verify import check_attention_supported, greedy_token, target_forward, warp_probs
+from nanospec.decoding.attention import use_tree_attention
+from nanospec.decoding.bookkeeping import accept_step, single_node_event, spec_event
+from nanospec.decoding.budget import BudgetFigures, DraftBudget
+from nanospec.decoding.copy_branch import PAD, CopyBranch
+from nanospec.decoding.cost_curve import CostCurve, load_or_measure
+from nanospec.decoding.drafter import Drafter, bind_head
+from nanospec.decoding.kv import compact_cache, new_cache
+from nanospec.decoding.prompt import encode_text, eos_ids
+from nanospec.decoding.retrieved_branch import RetrievedBranch, start_retrieval
+from nanospec.decoding.run import Run, RunResult
+from nanospec.decoding.tree import DraftTree, keep_nodes, tree_attention_mask, tree_position_ids
+from nanospec.decoding.verify import Acceptance, check_attention_supported, greedy_token, target_forward, warp_probs
+from nanospec.events import StepEvent
+from nanospec.loaders.cpu_linear import PackedLinear, kernel_summary
+from nanospec.loaders.cpu_linear import pack_linears as pack_modules
+from nanospec.loaders.fused_norm import fuse_rms_norms
+from nanospec.options import run_defaults
+from nanospec.timing import PhaseTimer, sync
 from nanospec.vocab import VocabPolicy, build_vocab
 
 logger = logging.getLogger(__name__)
@@ -59,6 +56,7 @@ class _State:
     generator: torch.Generator | None
     copy: CopyBranch | None = None  # the context-copy branch (cfg.tree.copy_branch > 0)
     budget: DraftBudget | None = None  # the cost-aware draft budget (cfg.tree.budget)
+    retrieved: RetrievedBranch | None = None  # the retrieved branch (cfg.tree.retrieval_nodes > 0 and a store)
 
 
 StepHook = Callable[[int, str], None]
@@ -70,11 +68,10 @@ class SpecEngine:
     `before_step(step, method)`, when set (constructor or attribute), is called on the decoding
     thread before every decoding step after prefill (step 1, 2, ...; `method` is the run's),
     speculative and autoregressive alike: the place to count steps, slow them down or raise to
-    abort a run, without touching the engine's internals. `timing=False` turns the per-phase
-    timer off (StepEvent.phases are then zeros; on CUDA that saves its one event read per step).
-    """
+    abort a run. `timing=False` turns the per-phase timer off (StepEvent.phases are then zeros;
+    on CUDA that saves its one event read per step). `retrieval`: the pair's store (`load_pair`)."""
 
-    def __init__(self, model, tokenizer=None, head: EagleHead | None = None, *,
+    def __init__(self, model, tokenizer=None, head=None, *,
                  frequent_ids: torch.Tensor | None = None, drafter_factory: Callable[[], Drafter] | None = None,
                  eos_token_ids: list[int] | None = None, pack_linears: bool = True,
                  before_step: StepHook | None = None, timing: bool = True):
@@ -82,16 +79,8 @@ class SpecEngine:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.head = head
-        # EAGLE-3 reads three target states (features.py): hooks keep only those, on every target call
-        self._features: FeatureRecorder | None = None
-        if isinstance(head, Eagle3Head):
-            check_eagle3_head(head, model.config)
-            self._features = FeatureRecorder(model).attach()
-            weakref.finalize(self, self._features.detach)      # the hooks go with the engine
-        if head is not None:
-            if not isinstance(head, Eagle3Head):
-                check_head_matches(head.config, model.config)
-            check_head_placement(head, model)
+        # what the head's family decides (its checks, the states it reads, its LM-head rows, its drafter)
+        self.drafting = bind_head(model, head, drafter_factory)
         # fp32 on CPU: pre-pack every linear weight for oneDNN, in place (cpu_linear.py); the
         # target, the head and the full/static drafter LM heads all get it, so no method gains
         # from a kernel another lacks. Elsewhere (CUDA, half precision) nothing changes.
@@ -112,40 +101,21 @@ class SpecEngine:
         self.vocab_size = self.lm_head_weight.shape[0]
         self.frequent_ids = frequent_ids
         self.max_context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
-        self.drafter_factory = drafter_factory  # None: an EagleDrafter over `head`
+        self.drafter_factory = drafter_factory  # None: the head family's drafter over `head`
         self.before_step = before_step
         self.timing = timing  # per-phase times in each StepEvent (on CUDA: one event read per step)
         self._vocabs: dict[tuple, object] = {}
         self._cost_curve: CostCurve | None = None
         self._budgets: dict[str, DraftBudget] = {}  # per method: the last request's draft budget
+        self.retrieval = None  # the pair's RetrievalIndex (load_pair sets it); None: no retrieved branch
         if eos_token_ids is None:
-            eos_token_ids = _eos_ids(model, tokenizer)
+            eos_token_ids = eos_ids(model, tokenizer)
         self.eos_token_ids = set(eos_token_ids)
 
     # -- public API ------------------------------------------------------------------
     def encode(self, prompt: str | list[dict], chat: bool | None = None) -> list[int]:
         """Text or chat turns -> ids; the chat template is applied when the tokenizer has one."""
-        if isinstance(prompt, str):
-            if not prompt.strip():
-                raise ValueError("prompt must be a non-empty string")
-            messages = [{"role": "user", "content": prompt}]
-        elif isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "content" in m for m in prompt):
-            messages = prompt
-            if not any(str(m["content"]).strip() for m in messages):
-                raise ValueError("prompt must contain at least one non-empty turn")
-        else:
-            raise ValueError("prompt must be a non-empty string or a list of {'role', 'content'} turns")
-        if self.tokenizer is None:
-            raise ValueError("this engine has no tokenizer: pass token ids to stream()/generate()")
-        use_chat = chat if chat is not None else bool(getattr(self.tokenizer, "chat_template", None))
-        if use_chat:
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            if hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            return list(ids)
-        if not isinstance(prompt, str):
-            raise ValueError("chat turns need a tokenizer with a chat template")
-        return self.tokenizer(prompt)["input_ids"]
+        return encode_text(self.tokenizer, prompt, chat)
 
     def encode_prompt(self, prompt: str | list[dict] | list[int] | torch.Tensor) -> list[int]:
         """Whatever `stream()` accepts as a prompt -> token ids (ids are range-checked, text encoded)."""
@@ -160,11 +130,10 @@ class SpecEngine:
 
     def stream(self, prompt: str | list[dict] | list[int], config: GenerationConfig | None = None,
                **options) -> Run:
-        """Validate everything, then return a `Run` that decodes lazily as it is iterated.
-
-        Keyword options that set no tree option (`depth`, `top_k`, `total_tokens`, `copy_branch`,
-        `copy_ngram`) start from the device's run defaults (`options.run_defaults`, which give
-        `config.default_tree`); a `GenerationConfig` is used exactly as given."""
+        """Validate everything, then return a `Run` that decodes lazily as it is iterated. Keyword
+        options that set no tree option (`config.TREE_OPTIONS`: `depth`, `top_k`, `total_tokens`,
+        `copy_branch`, `copy_ngram`) start from the device's run defaults (`options.run_defaults`,
+        which give `config.default_tree`); a `GenerationConfig` is used exactly as given."""
         if config is not None and options:
             raise ValueError("pass either a GenerationConfig or keyword options, not both")
         if config is None and not TREE_OPTIONS & options.keys():
@@ -215,7 +184,7 @@ class SpecEngine:
         target forward and returns why it stopped (events.STOP_REASONS, less "stopped")."""
         spec = cfg.method != "ar"
         vocab = self._vocab(cfg) if spec else None
-        drafter = self._new_drafter() if spec else None
+        drafter = self.drafting.new_drafter() if spec else None
         timer = PhaseTimer(self.device, enabled=self.timing)
         state, event = self._prefill(prompt_ids, cfg, vocab, drafter, timer)
         yield event
@@ -263,16 +232,11 @@ class SpecEngine:
                 # the first token too: sampling may draw it from outside the prompt's top-k
                 added = vocab.begin_request(ids[0], torch.cat([top.reshape(-1), first_dev]))
             with timer.phase("draft_layers"):
-                drafter.begin(ids[0], self._draft_features(hidden), first)
+                drafter.begin(ids[0], self.drafting.features(hidden), first)
         state = _State(cache, n, first, first_dev, 0, gen)
-        if vocab is not None and cfg.tree.copy_branch:
-            state.copy = CopyBranch(cfg.tree.copy_branch, cfg.tree.copy_ngram, self.device)
-            state.copy.begin(ids[0], first)
-        if vocab is not None and cfg.tree.budget:
-            state.budget = DraftBudget(self.cost_curve(cfg.tree.max_nodes), cfg.tree.depth + cfg.tree.copy_branch,
-                                       self.device, earlier=self._budgets.get(cfg.method),
-                                       max_nodes=cfg.tree.max_nodes)
-            self._budgets[cfg.method] = state.budget  # the next request of this method starts from its statistics
+        if vocab is not None:
+            self._begin_copy_and_budget(state, ids[0], cfg)
+            state.retrieved = start_retrieval(self.retrieval, cfg.tree, prompt_ids, first, self.device)
         tokens = self._take([first], state, cfg)
         phases = timer.resolve()
         sync(self.device)
@@ -281,30 +245,22 @@ class SpecEngine:
                                   tree_sources=["root"])
         return state, event
 
+    def _begin_copy_and_budget(self, state: _State, prompt: torch.Tensor, cfg: GenerationConfig) -> None:
+        """A speculative request's context-copy branch and draft budget, when its tree options ask for them."""
+        if cfg.tree.copy_branch:
+            state.copy = CopyBranch(cfg.tree.copy_branch, cfg.tree.copy_ngram, self.device)
+            state.copy.begin(prompt, state.root)
+        if cfg.tree.budget:
+            state.budget = DraftBudget(self.cost_curve(cfg.tree.max_nodes), cfg.tree.max_depth, self.device,
+                                       earlier=self._budgets.get(cfg.method), max_nodes=cfg.tree.max_nodes)
+            self._budgets[cfg.method] = state.budget  # the next request of this method starts from its statistics
+
     @torch.inference_mode()
     def _spec_step(self, step: int, state: _State, cfg: GenerationConfig, vocab: VocabPolicy,
                    drafter: Drafter, timer: PhaseTimer) -> StepEvent:
         t0 = time.perf_counter()
         active_size = vocab.size
-        budget = state.budget
-        fixed = cfg.tree.fixed_shape or self.device.type != "cpu"  # a shape that never depends on data
-        if hasattr(drafter, "keep_drafting"):
-            # a CPU may read the host: stop drafting deeper once no frontier node could pay
-            drafter.keep_drafting = None if budget is None or fixed else budget.keep_drafting
-        tree = drafter.draft(state.root_dev, vocab, cfg.tree, timer)
-        if state.copy is not None:
-            tree = state.copy.extend(tree, vocab, timer, cfg.tree.fixed_shape)
-        drafted, extra = len(tree), ()
-        if budget is not None:
-            with timer.phase("budget"):
-                keep, expected = budget.select(tree)
-                extra = (expected,)
-                if fixed:  # the count of drafted nodes (PAD slots excluded) comes with the step's one read
-                    if tree.sources is not None:
-                        extra += ((tree.sources != PAD).sum(),)
-                    tree = dataclasses.replace(tree, enabled=keep)
-                else:
-                    tree = keep_nodes(tree, keep)
+        tree, figures = self._draft(state, cfg, vocab, drafter, timer)
         L = state.length
         with timer.phase("verify_forward"):
             # a lone root sees the whole prefix: the causal default, as in an `ar` step
@@ -319,34 +275,67 @@ class SpecEngine:
             top = torch.topk(out.logits, cfg.vocab.ctx_topk, dim=-1).indices  # [T, k]
             candidates = torch.cat([tree.tokens, top.reshape(-1), argmax])
         with timer.phase("accept"):
-            acc = accept_step(tree, out.logits, argmax, candidates, vocab, cfg.sampling, state.generator, extra)
-        path, bonus, host, keep = acc.path, acc.bonus, acc.tree, acc.keep
-        if budget is not None:
+            acc = accept_step(tree, out.logits, argmax, candidates, vocab, cfg.sampling, state.generator, figures)
+        accepted, added = self._advance(state, tree, acc, out.hidden, vocab, drafter, timer)
+        tokens = self._take(accepted + [acc.bonus], state, cfg)
+        phases = timer.resolve()
+        event = spec_event(step, cfg.method, acc, accepted, tokens, active_size, added, self.vocab_size, t0, phases)
+        if state.budget is not None:
+            figures = acc.figures
+            event.drafted_nodes = figures.drafted_nodes
+            event.expected_tokens = round(figures.expected_tokens, 4)
+            event.budget_threshold = round(figures.price, 6)
+            state.budget.observe(len(accepted) + 1, event.wall_ms, len(event.tree_tokens))
+        return event
+
+    def _draft(self, state: _State, cfg: GenerationConfig, vocab: VocabPolicy, drafter: Drafter,
+               timer: PhaseTimer) -> tuple[DraftTree, BudgetFigures | None]:
+        """The step's tree: the drafter's, both branches merged in, then what the budget keeps of it."""
+        budget = state.budget
+        fixed = cfg.tree.fixed_shape or self.device.type != "cpu"  # a shape that never depends on data
+        # a CPU may read the host: stop drafting deeper once no frontier node could pay
+        drafter.keep_drafting = None if budget is None or fixed else budget.keep_drafting
+        tree = drafter.draft(state.root_dev, vocab, cfg.tree, timer)
+        if state.copy is not None:
+            tree = state.copy.extend(tree, vocab, timer, cfg.tree.fixed_shape)
+        if state.retrieved is not None:  # the retrieved branch after it (retrieved_branch.py)
+            tree = state.retrieved.extend(tree, vocab, timer, cfg.tree.fixed_shape)
+        if budget is None:
+            return tree, None
+        with timer.phase("budget"):
+            keep, expected = budget.select(tree)
+            figures = BudgetFigures(expected_tokens=expected, drafted_nodes=len(tree), price=budget.threshold)
+            if fixed:  # the count of drafted nodes (PAD slots excluded) comes with the step's one read
+                if tree.sources is not None:
+                    figures.drafted_nodes = (tree.sources != PAD).sum()
+                return dataclasses.replace(tree, enabled=keep), figures
+            return keep_nodes(tree, keep), figures
+
+    def _advance(self, state: _State, tree: DraftTree, acc: Acceptance, hidden: torch.Tensor,
+                 vocab: VocabPolicy, drafter: Drafter, timer: PhaseTimer) -> tuple[list[int], int]:
+        """After acceptance: teach the budget, keep the accepted path's KV entries, commit the vocabulary's
+        Ext, feed the drafter and both branches. Returns the accepted draft tokens and the ids added."""
+        keep = acc.keep
+        if state.budget is not None:
             with timer.phase("budget"):
                 on_path = torch.zeros(len(tree), dtype=torch.bool, device=self.device).index_fill_(0, keep, True)
                 enabled = tree.enabled if tree.enabled is not None else torch.ones_like(on_path)
-                budget.learn(tree, enabled, on_path)
+                state.budget.learn(tree, enabled, on_path)
         if len(tree) > 1:  # a lone root's entry is already where it belongs
             with timer.phase("kv_compact"):
-                compact_cache(state.cache, L, keep)
+                compact_cache(state.cache, state.length, keep)
         with timer.phase("vocab_update"):
             added = vocab.commit(acc.proposal, acc.n_new)
         next_tokens = torch.cat([tree.tokens[keep[1:]], acc.bonus_dev])
-        drafter.update(self._draft_features(out.hidden)[keep], next_tokens, timer)
+        drafter.update(self.drafting.features(hidden)[keep], next_tokens, timer)
         if state.copy is not None:
             state.copy.append(next_tokens)
-        state.length = L + len(path)
-        state.root, state.root_dev = bonus, acc.bonus_dev
-        accepted = [host.tokens[i] for i in path[1:]]
-        tokens = self._take(accepted + [bonus], state, cfg)
-        phases = timer.resolve()
-        event = spec_event(step, cfg.method, acc, accepted, tokens, active_size, added, self.vocab_size, t0, phases)
-        if budget is not None:
-            event.drafted_nodes = acc.extra[1] if len(acc.extra) > 1 else drafted
-            event.expected_tokens = round(acc.extra[0], 4)
-            event.budget_threshold = round(budget.threshold, 6)
-            budget.observe(len(accepted) + 1, event.wall_ms, len(event.tree_tokens))
-        return event
+        accepted = [acc.tree.tokens[i] for i in acc.path[1:]]
+        if state.retrieved is not None:  # host ids, which the step's one read brought
+            state.retrieved.append(accepted + [acc.bonus])
+        state.length += len(acc.path)
+        state.root, state.root_dev = acc.bonus, acc.bonus_dev
+        return accepted, added
 
     @torch.inference_mode()
     def _ar_step(self, step: int, state: _State, cfg: GenerationConfig, timer: PhaseTimer) -> StepEvent:
@@ -396,43 +385,15 @@ class SpecEngine:
                  for i in range(0, hidden.shape[0], PREFILL_CHUNK)]
         return torch.cat(parts)
 
-    def _vocab(self, cfg: GenerationConfig):
+    def _vocab(self, cfg: GenerationConfig) -> VocabPolicy:
         v = cfg.vocab
         key = (cfg.method, v.capacity, v.static_size, v.core_size)
         if key not in self._vocabs:
-            # EAGLE-3 heads score their own lm_head rows (draft ids); others the target's LM head
-            eagle3 = isinstance(self.head, Eagle3Head)
-            lm_head = self.head.lm_head if eagle3 else self.model.get_output_embeddings()
-            mapped = eagle3 and needs_mapping(self.head.d2t, self.vocab_size)
-            frequent = self.frequent_ids
-            if mapped and frequent is not None:      # frequent target ids inside the draft vocabulary, as draft ids
-                d = DraftVocab.index_of(self.head.d2t, self.vocab_size)[frequent.to(self.head.d2t.device)]
-                frequent = d[d < self.head.d2t.shape[0]]
-            vocab = build_vocab(cfg.method, lm_head.weight, capacity=v.capacity, frequent_ids=frequent,
+            lm_head = self.drafting.lm_head  # the rows the drafter scores (the target's, or the head's own)
+            vocab = build_vocab(cfg.method, lm_head.weight, capacity=v.capacity,
+                                frequent_ids=self.drafting.draft_ids(self.frequent_ids),
                                 static_size=v.static_size, core_size=v.core_size,
                                 lm_head=lm_head if isinstance(lm_head, PackedLinear) else None,
                                 pack_fixed=self.packed_linears > 0)
-            self._vocabs[key] = DraftVocab(vocab, self.head.d2t, self.head.t2d) if mapped else vocab
+            self._vocabs[key] = self.drafting.wrap(vocab)
         return self._vocabs[key]
-
-    def _draft_features(self, hidden: torch.Tensor) -> torch.Tensor:
-        """What the drafter reads: the final hidden states [q, H], or EAGLE-3's three fused states [q, 3H]."""
-        return hidden if self._features is None else self._features.take()[0]
-
-    def _new_drafter(self) -> Drafter:
-        if self.drafter_factory is not None:
-            return self.drafter_factory()
-        if isinstance(self.head, Eagle3Head):
-            return Eagle3Drafter(self.head, self.model.get_input_embeddings())
-        return EagleDrafter(self.head, self.model.get_input_embeddings())
-
-
-def _eos_ids(model, tokenizer) -> list[int]:
-    ids = []
-    for src in (getattr(model, "generation_config", None), model.config, tokenizer):
-        eos = getattr(src, "eos_token_id", None) if src is not None else None
-        if isinstance(eos, int):
-            ids.append(eos)
-        elif isinstance(eos, (list, tuple)):
-            ids.extend(int(e) for e in eos)
-    return sorted(set(ids))

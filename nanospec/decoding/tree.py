@@ -22,6 +22,8 @@ class DraftTree:
     ancestors: torch.Tensor | None = None  # [T, T] bool, ancestor_mask(parents); made once per tree
     enabled: torch.Tensor | None = None  # [T] bool, nodes the draft budget kept (fixed shape); None = all
     copy_match: torch.Tensor | None = None  # [] long, the copy chain's match length (copy_branch.match_length)
+    retrieved_prob: torch.Tensor | None = None  # [T] float, retrieval's count / parent's count (0: not proposed)
+    retrieved_match: torch.Tensor | None = None  # [] long, the retrieval lookup's match length
 
     def __post_init__(self) -> None:
         # the verification mask, the copy chain's merge and acceptance all read it: build it once
@@ -140,4 +142,6 @@ def keep_nodes(tree: DraftTree, keep: torch.Tensor) -> DraftTree:
     return DraftTree(tokens=tree.tokens[keep], parents=parents, depths=tree.depths[keep],
                      scores=tree.scores[keep], in_active=tree.in_active[keep],
                      sources=tree.sources[keep] if tree.sources is not None else None,
-                     ancestors=tree.ancestors[keep][:, keep], copy_match=tree.copy_match)
+                     ancestors=tree.ancestors[keep][:, keep], copy_match=tree.copy_match,
+                     retrieved_prob=tree.retrieved_prob[keep] if tree.retrieved_prob is not None else None,
+                     retrieved_match=tree.retrieved_match)

@@ -34,7 +34,7 @@ class Acceptance:
     keep: torch.Tensor      # [len(path)] long, the path's nodes on the device (KV compaction, drafter update)
     bonus_dev: torch.Tensor  # [1] long, the bonus token on the device (the next step's root)
     proposal: object = None  # the vocabulary's Ext proposal (vocab.Proposal), committed after compaction
-    extra: list = field(default_factory=list)  # the caller's `extra` values, read in the same transfer
+    figures: object = None  # the caller's figures (a dataclass), their tensor fields read in the same transfer
 
 
 @dataclass

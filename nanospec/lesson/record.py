@@ -32,8 +32,10 @@ from nanospec.config import GenerationConfig
 from nanospec.events import TRACE_VERSION
 from nanospec.paths import ASSETS
 from nanospec.timing import metered
-from nanospec.lesson import sampling, stability
+from nanospec.bench import trust
+from nanospec.lesson import describe, fingerprint, sampling
 from nanospec.lesson.budget_trace import BudgetTap
+from nanospec.lesson.pair_setup import head_digest, load_engine, target_top3, token_pieces  # noqa: F401
 
 LESSON_DIR = ASSETS / "lesson"
 RUNS_FILE = "lesson_runs.json.gz"
@@ -121,27 +123,6 @@ def lm_head_sweep(device: torch.device, repeats: int = 30, hidden: int = SWEEP_H
 
 
 # -- the runs ------------------------------------------------------------------------------
-def token_pieces(tokenizer, ids: list[int]) -> list[str]:
-    """Text each emitted token adds (decoding the growing prefix keeps multi-byte characters whole)."""
-    pieces, before = [], ""
-    for i in range(len(ids)):
-        text = tokenizer.decode(ids[: i + 1], skip_special_tokens=False)
-        if text.endswith("\ufffd"):
-            pieces.append("")
-            continue
-        pieces.append(text[len(before):])
-        before = text
-    return pieces
-
-
-@torch.inference_mode()
-def target_top3(engine, ids: list[int]) -> list[list[int]]:
-    """The target's top-3 next-token guesses at every position of `ids` (one teacher-forced forward)."""
-    x = torch.tensor([ids], device=engine.device)                      # [1, n]
-    logits = engine.model(input_ids=x).logits[0]                       # [n, V]
-    return torch.topk(logits, 3, dim=-1).indices.tolist()
-
-
 def record_run(engine, messages: list[dict], run_key: str, max_new_tokens: int, options: dict | None = None) -> dict:
     """One decoding run as a `nanospec-trace` document (the layout `events.save_trace` writes);
     `options` (GenerationConfig.build arguments) default to `RUNS[run_key]`."""
@@ -172,7 +153,7 @@ def record_run(engine, messages: list[dict], run_key: str, max_new_tokens: int, 
 
 def record_prompt(engine, item: dict, max_new_tokens: int, runs: list[str], repeats: int = 1) -> list[dict]:
     """Every run of one prompt, interleaved, `repeats` times; each run keeps its median-speed repeat,
-    and its meta records every repeat's tokens/s, speedup over ar and CPU share (stability.py)."""
+    and its meta records every repeat's tokens/s, speedup over ar and CPU share (bench/trust.py)."""
     from nanospec.data.prompts import prompt_messages
 
     messages = prompt_messages(item)
@@ -190,7 +171,7 @@ def record_prompt(engine, item: dict, max_new_tokens: int, runs: list[str], repe
     docs = []
     for key in runs:
         tps = [d["summary"]["tokens_per_s"] for d, _ in tries[key]]
-        doc = tries[key][stability.median_index(tps)][0]
+        doc = tries[key][trust.median_index(tps)][0]
         doc["meta"]["repeats"] = {"tokens_per_s": tps, "cpu_share": [c for _, c in tries[key]],
                                   "speedup": [metrics.speedup(t, a) for t, a in zip(tps, ar_tps)]}
         docs.append(doc)
@@ -214,10 +195,10 @@ def calibrate(engine, max_new_tokens: int = 32) -> float:
 
 
 def check_recording(docs: list[dict], calibration: dict | None) -> list[str]:
-    """stability.problems over a recording's runs."""
+    """trust.problems over a recording's runs."""
     runs = {f"{d['meta']['prompt_id']}/{d['meta']['run']}": d["meta"]["repeats"] for d in docs
             if "repeats" in d["meta"]}
-    return stability.problems(runs, calibration)
+    return trust.problems(runs, calibration)
 
 
 def record_sampling(engine, item: dict, max_new_tokens: int, runs: int) -> dict:
@@ -247,54 +228,6 @@ def warm_up(engine, runs: list[str]) -> None:
     for key in runs:
         cfg = GenerationConfig.build(max_new_tokens=8, **RUNS[key])
         engine.generate("Say hello.", cfg)
-
-
-def load_engine(head: str | None, device: str | None):
-    from nanospec.pair import load_pair
-
-    if head == "random":
-        from nanospec.bench.random_pair import random_head
-
-        engine, info = load_pair(None, device=device)
-        from nanospec.decoding.engine import SpecEngine
-        rh = random_head(engine.model.config, dtype=engine.lm_head_weight.dtype).to(engine.device)
-        engine = SpecEngine(engine.model, engine.tokenizer, rh, frequent_ids=engine.frequent_ids)
-        return engine, {"target": info.target, "head": "random untrained head (development only)",
-                        "head_kind": "random", "device": info.device, "dtype": info.dtype,
-                        "vocab_size": info.vocab_size, "hidden_size": info.hidden_size}
-    engine, info = load_pair(None, head, device=device)
-    if engine.head is None:
-        raise ValueError("no draft head: the shipped head (assets/heads/smollm2-135m-eagle/) is missing; "
-                         "pass --head FOLDER, or --head random for development traces")
-    return engine, {"target": info.target, "head": _relative(info.head), "head_kind": "shipped" if head is None
-                    else "given", "head_sha256": head_digest(Path(info.head)), "device": info.device,
-                    "dtype": info.dtype, "vocab_size": info.vocab_size, "hidden_size": info.hidden_size}
-
-
-def head_digest(folder: Path) -> str | None:
-    """sha256 of the head's weight file: ties the traces to the exact head they were recorded with."""
-    import hashlib
-
-    for name in ("model.safetensors", "pytorch_model.bin"):
-        if (folder / name).exists():
-            return hashlib.sha256((folder / name).read_bytes()).hexdigest()
-    return None
-
-
-def _relative(path: str | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        return str(Path(path).resolve().relative_to(ASSETS.parent))
-    except ValueError:
-        return path
-
-
-def prompt_text(item: dict) -> str:
-    """A prompt-set item as the app's prompt-box text (`user: ...` lines for a conversation)."""
-    if "turns" in item:
-        return "\n".join(f"{t['role']}: {t['content']}" for t in item["turns"])
-    return item["prompt"]
 
 
 def _now() -> str:
@@ -365,13 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--"]:  # `python -m nanospec record-lesson -- --head random` forwards the separator
-        argv = argv[1:]
-    a = build_parser().parse_args(argv)
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str], list[str], dict]:
+    """The options, checked: (options, run keys with `ar` first, prompt ids, prompt items by id)."""
     from nanospec.data.prompts import load_prompts
 
+    a = build_parser().parse_args(argv)
     runs = [r.strip() for r in a.runs.split(",") if r.strip()]
     bad = [r for r in runs if r not in RUNS]
     if bad or not runs:
@@ -389,44 +320,64 @@ def main(argv: list[str] | None = None) -> int:
     missing = [p for p in wanted if p not in by_id]
     if missing or not wanted:
         raise ValueError(f"--prompts: unknown ids {missing}; see assets/prompts/prompts.jsonl")
+    return a, runs, wanted, by_id
+
+
+def record_runs(a: argparse.Namespace, runs: list[str], wanted: list[str], by_id: dict, command: str,
+                out: Path) -> Path:
+    """Every decoding run, calibrated and checked, the sampling material, written with its fingerprint; the
+    README in `out` (if it has the markers) then describes the bundle."""
+    from nanospec.data.prompts import prompt_text
+
+    engine, pair = load_engine(a.head, a.device)
+    warm_up(engine, runs)
+    calibration = {"before": calibrate(engine)}
+    docs, sampled = [], {}
+    for pid in wanted:
+        docs += record_prompt(engine, by_id[pid], a.max_new_tokens, runs, a.run_repeats)
+    calibration["after"] = calibrate(engine)
+    print(f"  calibration (ar, {CALIBRATION_PROMPT!r}): {calibration['before']:.1f} tok/s before, "
+          f"{calibration['after']:.1f} after", file=sys.stderr)
+    found = check_recording(docs, calibration)
+    notes = {}
+    if found and not a.allow_unsteady:
+        raise SystemExit("record-lesson: the timings are not stable, so nothing was written (run it again on "
+                         "an idle machine):\n  " + "\n  ".join(found))
+    if found:
+        notes["unsteady"] = found
+        print("record-lesson: writing despite unstable timings (--allow-unsteady):\n  " + "\n  ".join(found),
+              file=sys.stderr)
+    settings = {"max_new_tokens": a.max_new_tokens, "runs": {k: RUNS[k] for k in runs},
+                "temperature": 0.0, "sampling": sampling.SAMPLING, "sampling_runs": a.sampling_runs,
+                "run_repeats": a.run_repeats, "defaults": GenerationConfig().to_dict()}
+    if a.merge:
+        docs, sampled, notes["merged"] = merge_into(out / RUNS_FILE, docs, wanted, settings)
+    else:
+        for pid in wanted:
+            sampled[pid] = record_sampling(engine, by_id[pid], a.max_new_tokens, a.sampling_runs)
+    prompts = [{"id": pid, "category": by_id[pid]["category"], "text": prompt_text(by_id[pid])} for pid in wanted]
+    machine = machine_label(engine.device)
+    notes["fingerprint"] = fingerprint.fingerprint(engine, pair, machine, _now())   # what made the recording
+    path = write_runs(out / RUNS_FILE, docs, prompts, pair, command, settings, machine, sampled, calibration, notes)
+    print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)", file=sys.stderr)
+    with gzip.open(path, "rt", encoding="utf-8") as fh:   # the README describes what was written
+        if describe.write_readme(out / "README.md", json.load(fh)):
+            print(f"updated {out / 'README.md'}", file=sys.stderr)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:  # `python -m nanospec record-lesson -- --head random` forwards the separator
+        argv = argv[1:]
+    a, runs, wanted, by_id = parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     out = Path(a.out)
     command = " ".join([COMMAND, *argv])
     t_start = time.perf_counter()
     if not a.skip_runs:
-        engine, pair = load_engine(a.head, a.device)
-        warm_up(engine, runs)
-        calibration = {"before": calibrate(engine)}
-        docs, sampled = [], {}
-        for pid in wanted:
-            docs += record_prompt(engine, by_id[pid], a.max_new_tokens, runs, a.run_repeats)
-        calibration["after"] = calibrate(engine)
-        print(f"  calibration (ar, {CALIBRATION_PROMPT!r}): {calibration['before']:.1f} tok/s before, "
-              f"{calibration['after']:.1f} after", file=sys.stderr)
-        found = check_recording(docs, calibration)
-        notes = {}
-        if found and not a.allow_unsteady:
-            raise SystemExit("record-lesson: the timings are not stable, so nothing was written (run it again on "
-                             "an idle machine):\n  " + "\n  ".join(found))
-        if found:
-            notes["unsteady"] = found
-            print("record-lesson: writing despite unstable timings (--allow-unsteady):\n  " + "\n  ".join(found),
-                  file=sys.stderr)
-        settings = {"max_new_tokens": a.max_new_tokens, "runs": {k: RUNS[k] for k in runs},
-                    "temperature": 0.0, "sampling": sampling.SAMPLING, "sampling_runs": a.sampling_runs,
-                    "run_repeats": a.run_repeats, "defaults": GenerationConfig().to_dict()}
-        if a.merge:
-            docs, sampled, notes["merged"] = merge_into(out / RUNS_FILE, docs, wanted, settings)
-        else:
-            for pid in wanted:
-                sampled[pid] = record_sampling(engine, by_id[pid], a.max_new_tokens, a.sampling_runs)
-        prompts = [{"id": pid, "category": by_id[pid]["category"], "text": prompt_text(by_id[pid])}
-                   for pid in wanted]
-        path = write_runs(out / RUNS_FILE, docs, prompts, pair, command, settings, machine_label(engine.device),
-                          sampled, calibration, notes)
-        print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)", file=sys.stderr)
-        del engine
+        record_runs(a, runs, wanted, by_id, command, out)
     if not a.skip_sweep:
         device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         sweep = lm_head_sweep(device, a.repeats)
@@ -437,7 +388,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}", file=sys.stderr)
     print(f"record-lesson done in {time.perf_counter() - t_start:.0f} s", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,5 +2,5 @@
 
 `active_sets` is pure torch (the batched sets, their argmax and the head/target check); `vllm_plugin`
 imports vLLM only inside `register()`/`install()`, so importing this package never imports vLLM.
-`bench_vllm_vocab` is the benchmark command (run with the vLLM environment's python).
+Its benchmark is `nanospec.bench.vllm_vocab` (run with the vLLM environment's python).
 """

@@ -50,7 +50,7 @@ ENV_ENABLE = "NANOSPEC_VLLM_ACTIVE_VOCAB"    # "1": wrap vLLM's drafting (otherw
 ENV_CAPACITY = "NANOSPEC_VLLM_CAPACITY"      # ids kept per request (default: the engine's `capacity`)
 ENV_CTX_TOPK = "NANOSPEC_VLLM_CTX_TOPK"      # target top-k per scheduled position (default: `ctx_topk`)
 ENV_STATS = "NANOSPEC_VLLM_STATS"            # JSON file for REPORT, rewritten after every draft step
-METHODS = ("eagle", "eagle3")               # vLLM's EAGLE-1/2 and EAGLE-3 drafting (full draft vocabulary)
+EAGLE_METHODS = ("eagle", "eagle3")  # vLLM's EAGLE-1/2 and EAGLE-3 drafting (full draft vocabulary)
 FINAL_HIDDEN = ("eagle",)                    # methods whose proposer is handed the target's final hidden states
 
 log = logging.getLogger("vllm.plugins.nanospec")  # under vLLM's logger: its handlers print it
@@ -153,7 +153,7 @@ def _sync() -> None:
 def _init(original):
     def init(self, vllm_config, *args, **kwargs):
         spec = getattr(vllm_config, "speculative_config", None)
-        if spec is not None and getattr(spec, "method", None) in METHODS and spec.draft_model_config is not None:
+        if spec is not None and getattr(spec, "method", None) in EAGLE_METHODS and spec.draft_model_config is not None:
             target, head = vllm_config.model_config, spec.draft_model_config
             # before load_model: a mismatched head is refused before any weight loads
             check_configs(_dims(target.hf_config), _dims(head.hf_config), str(target.model), str(head.model))
@@ -233,15 +233,15 @@ def _greedy_sample(original):
     return greedy_sample
 
 
-def _state(proposer, create: bool = False) -> "DraftVocab | None":
+def _state(proposer, create: bool = False) -> "ProposerVocab | None":
     """The proposer's NanoSpec state (made on first use, once the LM head is loaded); None where the
     plugin does not apply (another method, a pruned draft vocabulary, not installed)."""
     if proposer is None or not _installed.get("done"):
         return None
     state = getattr(proposer, "_nanospec_vocab", None)
     if state is not None or not create:
-        return state if isinstance(state, DraftVocab) else None
-    if getattr(proposer, "method", None) not in METHODS or getattr(proposer, "use_heterogeneous_vocab", False) \
+        return state if isinstance(state, ProposerVocab) else None
+    if getattr(proposer, "method", None) not in EAGLE_METHODS or getattr(proposer, "use_heterogeneous_vocab", False) \
             or getattr(proposer, "use_local_argmax_reduction", False):
         proposer._nanospec_vocab = False  # never applies to this proposer
         log.warning("NanoSpec active vocabulary: method %r not supported (EAGLE-1/2/3 over the full vocabulary "
@@ -250,7 +250,7 @@ def _state(proposer, create: bool = False) -> "DraftVocab | None":
         return None
     weight = proposer.model.lm_head.weight  # the head's LM head (EAGLE-1/2 and a head without one: the target's)
     vocab = proposer.vllm_config.model_config.get_vocab_size()
-    state = DraftVocab(weight[:vocab], int(_installed["capacity"]), int(_installed["ctx_topk"]),
+    state = ProposerVocab(weight[:vocab], int(_installed["capacity"]), int(_installed["ctx_topk"]),
                        final_hidden=proposer.method in FINAL_HIDDEN)
     proposer._nanospec_vocab = state
     return state
@@ -258,7 +258,7 @@ def _state(proposer, create: bool = False) -> "DraftVocab | None":
 
 # -- per-proposer state ---------------------------------------------------------------------
 
-class DraftVocab:
+class ProposerVocab:
     """The sets of every live request of one drafter, and the step being drafted."""
 
     def __init__(self, weight: torch.Tensor, capacity: int, ctx_topk: int, final_hidden: bool = True):

@@ -28,6 +28,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from nanospec.retrieval.storage import tokenizer_fingerprint  # noqa: F401 (the runtime's; re-exported)
+
 MANIFEST = "manifest.json"
 FORMAT = 1
 
@@ -65,13 +67,6 @@ class Chunk:
 
 
 # ---- fingerprints -----------------------------------------------------------------------------------
-
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    """sha256 of what decides the ids: the vocabulary, the special tokens and the chat template."""
-    vocab = sorted(tokenizer.get_vocab().items())
-    raw = json.dumps([vocab, tokenizer.eos_token, tokenizer.pad_token, getattr(tokenizer, "chat_template", None)])
-    return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:16]
 
 
 def target_fingerprint(model) -> str:

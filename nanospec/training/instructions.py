@@ -183,11 +183,15 @@ def make_instructions(n: int, seed: int = 0, exclude: list[Messages] | None = No
     return distinct_conversations(n, lambda attempt: families[attempt % len(families)](rng), exclude, "instructions")
 
 
-def distinct_conversations(n: int, make, exclude: list[Messages] | None, what: str) -> list[Messages]:
+def distinct_conversations(n: int, make, exclude: list[Messages] | None, what: str,
+                           exclude_last_turns: list[Messages] | None = None) -> list[Messages]:
     """Call `make(attempt)` (attempt = 1, 2, ...) until `n` distinct conversations are collected, skipping
-    repeats and any conversation, or last user turn, found in `exclude` (the held-out prompts)."""
+    repeats and any conversation found in `exclude`, or whose last user turn is that of a conversation in
+    `exclude_last_turns` (default: `exclude`). A multi-turn chat's last turn is a short follow-up that
+    many chats share, so a caller excluding earlier pool parts bans only their whole conversations."""
     banned = {_key(m) for m in exclude or []}
-    banned_texts = {m[-1]["content"].strip() for m in exclude or []}
+    last_turn_source = exclude if exclude_last_turns is None else exclude_last_turns
+    banned_texts = {m[-1]["content"].strip() for m in last_turn_source or []}
     out, seen, attempts = [], set(), 0
     while len(out) < n:
         attempts += 1

@@ -96,9 +96,10 @@ def _counts(size: int, families: list[str]) -> dict[str, int]:
 
 
 def build_part(part: int, size: int, seed: int, exclude: list[Messages], guard: LeakGuard,
-               pools=None) -> list[dict]:
+               pools=None, earlier: list[Messages] = ()) -> list[dict]:
     """Part `part` of the pool: `size` items {"source", "messages"}, seeded by (seed, part), shuffled, none
-    equal to a conversation of `exclude` (earlier parts, the train prompts' duplicates) or leaking."""
+    equal to a conversation of `exclude` (the train prompts; their last turns too) or of `earlier` (the
+    earlier parts' conversations, as wholes), or leaking."""
     from nanospec.training.instructions import distinct_conversations, make_instructions
     from nanospec.training.open_instructions import make_open_instructions
     from nanospec.training.real_tasks import load_pools
@@ -109,7 +110,8 @@ def build_part(part: int, size: int, seed: int, exclude: list[Messages], guard: 
         pools = load_pools(None, part_seed, sizes=(0, 2000, 2000, 4000))
     makers = _family_makers(part_seed, rng, pools)
     families = [f for f in FAMILY_WEIGHTS if f in makers or f in ("open", "templated")]
-    seen = list(exclude)
+    seen = list(exclude) + list(earlier)
+    last_turns = list(exclude)   # not the earlier parts': a chat's follow-up question recurs across chats
     items: list[dict] = []
     for family, n in _counts(size, families).items():
         if family == "open":
@@ -117,11 +119,12 @@ def build_part(part: int, size: int, seed: int, exclude: list[Messages], guard: 
         elif family == "templated":
             convs = make_instructions(n * 2, seed=1000 + part_seed, exclude=seen)
         else:
-            convs = distinct_conversations(n * 2, makers[family], seen, family)
+            convs = distinct_conversations(n * 2, makers[family], seen, family, last_turns)
         convs = [c for c in convs if not guard.leaks(c)][:n]
         if len(convs) < n:
             raise ValueError(f"prompt pool part {part}: only {len(convs)} of {n} {family} prompts could be made")
         seen += convs
+        last_turns += convs
         items += [{"source": family, "messages": c} for c in convs]
     rng.shuffle(items)
     return items
@@ -183,5 +186,5 @@ class PromptPool:
         train = [prompt_messages(p) for p in load_prompts(split="train")]
         self.log(f"building prompt pool part {k} ({self.part_size} prompts) in {path}")
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_part(path, build_part(k, self.part_size, self.seed, earlier + train, self._guard,
-                                           self._pools))
+        write_part(path, build_part(k, self.part_size, self.seed, train, self._guard,
+                                           self._pools, earlier=earlier))

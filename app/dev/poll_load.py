@@ -1,7 +1,7 @@
 """Load test of the class poll: 30 students on their phones while visitors decode in the same app.
 
-    python -m app.poll.load_bench                    # 30 students, 5 questions, 4 decoding visitors
-    python -m app.poll.load_bench --students 30 --questions 5 --decoders 4 --max-new-tokens 64
+    python -m app.dev.poll_load                    # 30 students, 5 questions, 4 decoding visitors
+    python -m app.dev.poll_load --students 30 --questions 5 --decoders 4 --max-new-tokens 64
 
 It starts `python app.py` on 127.0.0.1 (its own process, the default pair, a fresh poll database in a
 temporary folder) and only sends requests from here:
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from app.lesson.callbacks import lesson_data
     from app.poll.store import PollStore
-    from app.poll.teacher import poll_questions
+    from app.lesson.poll_panel import poll_questions
 
     questions = poll_questions(lesson_data().prompt_ids[0])[:args.questions]
     with tempfile.TemporaryDirectory(prefix="nanospec-poll-bench-") as tmp:

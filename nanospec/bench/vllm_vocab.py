@@ -2,8 +2,8 @@
 
 Run it with the python of the environment that has vLLM (docs/serving.md):
 
-    venv-vllm/bin/python -m nanospec.serving.bench_vllm_vocab --batch 1 8
-    venv-vllm/bin/python -m nanospec.serving.bench_vllm_vocab --target OUT/target --head OUT/head --batch 1 8
+    venv-vllm/bin/python -m nanospec.bench.vllm_vocab --batch 1 8
+    venv-vllm/bin/python -m nanospec.bench.vllm_vocab --target OUT/target --head OUT/head --batch 1 8
 
 Three child processes run the same prompts one after another, greedy: vLLM plain (the reference output),
 vLLM EAGLE with the head as it is (full vocabulary), and vLLM EAGLE with the plugin
@@ -94,7 +94,7 @@ def run_child(python: str, request: dict, timeout: float) -> dict:
         req, res, log = Path(tmp, "request.json"), Path(tmp, "result.json"), Path(tmp, "child.log")
         req.write_text(json.dumps(request))
         with log.open("w") as out:
-            done = subprocess.run([python, "-m", "nanospec.serving.bench_vllm_vocab", "--child", str(req), str(res)],
+            done = subprocess.run([python, "-m", "nanospec.bench.vllm_vocab", "--child", str(req), str(res)],
                                   stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout, cwd=tmp)
         if done.returncode != 0 or not res.is_file():
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
@@ -141,15 +141,8 @@ def print_table(lines: list[dict], info: dict) -> None:
               f"{x['identical']:>18}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--child"]:
-        return child(Path(argv[1]), Path(argv[2]))
-    from nanospec.heads.head3 import is_eagle3_folder
-    from nanospec.serving.active_sets import check_pair
-    from nanospec.serving.vllm_plugin import settings
-
-    ap = argparse.ArgumentParser(prog="python -m nanospec.serving.bench_vllm_vocab", description=__doc__,
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m nanospec.bench.vllm_vocab", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes (prompts per generate call)")
     ap.add_argument("--target", default=None, help="target folder (default: the offline default target)")
@@ -164,6 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-python", default=os.environ.get("NANOSPEC_VLLM_PYTHON") or sys.executable)
     ap.add_argument("--json", default=None, help="write every row (per-request figures included) here")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per child")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child(Path(argv[1]), Path(argv[2]))
+    from nanospec.heads.head3 import is_eagle3_folder
+    from nanospec.serving.active_sets import check_pair
+
+    ap = build_parser()
     a = ap.parse_args(argv)
     rows = [r.strip() for r in a.rows.split(",") if r.strip()]
     if not rows or any(r not in ROWS for r in rows) or any(b < 1 for b in a.batch):
@@ -172,12 +176,19 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--target needs its --head (neither: the default pair; --head alone: the default target)")
     target, head = (Path(a.target).resolve(), None) if a.target else default_pair()
     head = Path(a.head).resolve() if a.head else head  # --head alone: that head on the default target
-    method = "eagle3" if is_eagle3_folder(head) else "eagle"  # vLLM's drafting method for this head
     try:
         check_pair(target, head)  # before any child loads weights
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    return run_rows(a, rows, target, head, "eagle3" if is_eagle3_folder(head) else "eagle")
+
+
+def run_rows(a: argparse.Namespace, rows: list[str], target: Path, head: Path, method: str) -> int:
+    """Each row in its child, then the table; `method` is vLLM's drafting method for this head.
+    Exit status 1 when a row's output is not identical to vLLM plain's."""
+    from nanospec.serving.vllm_plugin import settings
+
     capacity, ctx_topk = settings()
     prompts = prompt_ids(target, a.limit, a.random_prompt_len)
     longest = max(len(p) for p in prompts)

@@ -1,4 +1,13 @@
-"""EAGLE-2 dynamic-tree drafting with an EAGLE-1/2 head, scoring only the active vocabulary."""
+"""EAGLE-2 dynamic-tree drafting, scoring only the active vocabulary, with an EAGLE-1/2 head
+(`EagleDrafter`) or an EAGLE-3 head (`Eagle3Drafter`).
+
+The EAGLE-3 drafter differs in two places, both inside the head's own calls: the features it
+receives from the engine are the target's three fused states [m, 3H] (``fc`` maps them to H),
+while deeper tree levels feed back the head's own output [.., H]; and the head scores tokens with
+its own ``norm`` + ``lm_head`` rows (the vocabulary policy holds rows of ``head.lm_head``, indexed
+by draft id; :class:`~nanospec.heads.draft_vocab.DraftVocab` maps them to target ids when the
+draft vocabulary is pruned).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +15,7 @@ import torch
 
 from nanospec.config import TreeConfig
 from nanospec.heads.head import EagleHead
+from nanospec.heads.head3 import Eagle3Head
 from nanospec.decoding.kv import crop_cache, new_cache
 from nanospec.timing import PhaseTimer
 from nanospec.decoding.tree import DraftTree, select_tree
@@ -22,7 +32,7 @@ class EagleDrafter:
         self.cache = None
         self.length = 0
         self.h_last: torch.Tensor | None = None  # [H]
-        # set by the engine's draft budget (CPU only): (frontier scores, level) -> draft that level?
+        # the engine's early stop (the draft budget's, CPU only): (frontier scores, level) -> draft that level?
         self.keep_drafting = None
 
     # -- Drafter interface ---------------------------------------------------------
@@ -108,3 +118,13 @@ class EagleDrafter:
         out = self.head(self.embed(next_tokens)[None], feats, pos, self.cache, mask)[0]
         self.h_last = out[-1]
         self.length += m
+
+
+class Eagle3Drafter(EagleDrafter):
+    def __init__(self, head: Eagle3Head, embed: torch.nn.Module):
+        super().__init__(head, embed)
+
+    def _score(self, h: torch.Tensor, vocab, k: int, timer: PhaseTimer) -> tuple[torch.Tensor, torch.Tensor]:
+        with timer.phase("lm_head"):
+            normed = self.head.norm(h)
+        return super()._score(normed, vocab, k, timer)

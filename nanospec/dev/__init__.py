@@ -1,0 +1,1 @@
+"""Developer checks that read the code and run none of it (`layers`: which way imports may point)."""
