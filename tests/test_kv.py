@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from nanospec.decoding.kv import compact_cache, crop_cache, new_cache
@@ -102,3 +103,32 @@ def test_tree_attention_equals_stock_sdpa_bit_for_bit(tiny_pair):
         outs.append(target_forward(m, tokens, tree_position_ids(depths_from_parents(parents), n), cache,
                                    tree_attention_mask(anc, n)).logits)
     assert torch.equal(outs[0], outs[1])
+
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_attention_rows_do_not_depend_on_their_neighbours(dtype):
+    """In bf16/fp16 on a CPU (attention.py runs the kernel in fp64 inside) a query row verified among
+    others, under a mask that hides keys after it, gets the bits it gets decoded alone over just the
+    keys it sees: the number of rows and the masked keys do not change how its sums round."""
+    from nanospec.decoding.attention import tree_sdpa_forward
+
+    if DEVICE.type != "cpu":
+        pytest.skip("the widened attention is the CPU's half-precision path")
+
+    class Layer:  # what the attention function reads of a layer: its grouping
+        num_key_value_groups = 3
+
+    g = torch.Generator().manual_seed(5)
+    heads, kv_heads, dim = 9, 3, 64
+    for cached in (20, 63, 130, 300):
+        for rows in (2, 9, 16):
+            q = torch.randn(1, heads, rows, dim, generator=g).to(dtype)
+            k, v = (torch.randn(1, kv_heads, cached + rows, dim, generator=g).to(dtype) for _ in range(2))
+            causal = torch.ones(rows, cached + rows, dtype=torch.bool).tril(cached)[None, None]
+            together, _ = tree_sdpa_forward(Layer(), q, k, v, causal, scaling=dim ** -0.5)  # [1, rows, H, D]
+            for r in range(rows):
+                seen = cached + r + 1
+                alone, _ = tree_sdpa_forward(Layer(), q[:, :, r:r + 1], k[:, :, :seen], v[:, :, :seen], None,
+                                             scaling=dim ** -0.5)
+                assert torch.equal(alone[0, 0], together[0, r]), f"{cached} cached keys, row {r} of {rows}"

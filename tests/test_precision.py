@@ -80,9 +80,10 @@ def test_the_app_verdict_says_it_in_words():
 
 
 @pytest.mark.integration
-def test_default_pair_in_bf16_differs_only_by_near_ties(capsys):
-    """The default pair with a bf16 target on this CPU: the share identical to ar, and every
-    difference a near-tie (the measured share is printed; `compare --dtype bfloat16` reports it too)."""
+def test_default_pair_in_bf16_reproduces_bf16_ar(capsys):
+    """The default pair with a bf16 target on a CPU: `nanospec` gives bf16 `ar`'s tokens exactly, since
+    a row's attention is computed in fp64 inside and its linears, norms and rotary do not depend on the
+    row count (attention.py). Elsewhere (CUDA) every difference must at least be a near-tie."""
     from nanospec.bench.compare import compare
     from nanospec.data.prompts import load_prompts, prompt_messages
     from nanospec.loaders.default_model import DefaultModelError
@@ -97,4 +98,5 @@ def test_default_pair_in_bf16_differs_only_by_near_ties(capsys):
     row = next(r for r in table if r["method"] == "nanospec")
     with capsys.disabled():
         print(f"\n  bf16 default pair: nanospec identical to ar on {row['identical_share']:.0%} of 4 prompts")
-    assert row["exactness"] in ("identical", "near-tie"), row["divergences"]
+    allowed = ("identical",) if engine.device.type == "cpu" else ("identical", "near-tie")
+    assert row["exactness"] in allowed, row["divergences"]

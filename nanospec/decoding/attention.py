@@ -10,6 +10,15 @@ kernel takes grouped heads itself (`enable_gqa=True`), with the same result bit 
 mask creation is unchanged) and points a model's config at it. It applies on a CPU only: on CUDA a mask
 with `enable_gqa` leaves the fused kernels, which is why transformers copies there. Every other call
 (one query, no mask, no grouping) goes to transformers' own sdpa function.
+
+In bf16 or fp16 on a CPU every call (one query, a tree, a prompt) runs the kernel in fp64 and rounds its
+output back once. A row's attention then no longer depends on how many rows share the call: the kernel
+blocks its sums by the number of queries and keys, so a row verified among 16 (masked keys in between)
+and the same row decoded alone add the same numbers in another order. In fp32 that changes the last bit
+and almost never a token; in bf16 it flips near-ties, so speculation would not reproduce `ar`. In fp64
+the two orders differ by ~1e-16 relative, far below bf16's spacing, so both round to the same bf16
+value (the linears, norms and rotary already give a row the same bits at any row count on a CPU). It
+costs both `ar` and verification the same (docs/benchmarks.md, "bf16 on a CPU").
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 TREE_SDPA = "nanospec_sdpa"
+WIDENED = (torch.bfloat16, torch.float16)  # on a CPU their attention runs in fp64 (bit-stable rows)
 
 
 def tree_sdpa_forward(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -29,6 +39,8 @@ def tree_sdpa_forward(module, query: torch.Tensor, key: torch.Tensor, value: tor
     """Several queries under a mask with grouped key/value heads: one kernel call, no copies of the
     cache. query: [B, H, q, D]; key, value: [B, H_kv, kv, D]; mask: [B, 1, q, kv] bool (True = attend)."""
     groups = getattr(module, "num_key_value_groups", 1)
+    if query.dtype in WIDENED and query.device.type == "cpu" and kwargs.get("softcap") is None:
+        return _widened(query, key, value, attention_mask, dropout, scaling, groups > 1)
     if (attention_mask is None or groups == 1 or query.shape[2] == 1 or query.device.type != "cpu"
             or key.shape[-1] != value.shape[-1] or kwargs.get("softcap") is not None):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -36,6 +48,14 @@ def tree_sdpa_forward(module, query: torch.Tensor, key: torch.Tensor, value: tor
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
                                          scale=scaling, enable_gqa=True)  # [B, H, q, D]
     return out.transpose(1, 2).contiguous(), None                         # [B, q, H, D]
+
+
+def _widened(query, key, value, attention_mask, dropout, scaling, grouped: bool) -> tuple[torch.Tensor, None]:
+    """Half precision on a CPU: the kernel in fp64, its output rounded once (see the module's docstring)."""
+    causal = attention_mask is None and query.shape[2] > 1
+    out = F.scaled_dot_product_attention(query.double(), key.double(), value.double(), attn_mask=attention_mask,
+                                         dropout_p=dropout, is_causal=causal, scale=scaling, enable_gqa=grouped)
+    return out.to(query.dtype).transpose(1, 2).contiguous(), None
 
 
 def _register() -> None:
