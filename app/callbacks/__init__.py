@@ -111,9 +111,7 @@ class Explorer(LiveTab, CompareTab):
         steps = iter(run)
         try:
             if options.get("budget") and options.get("method") != "ar":
-                curve = engine.cost_curve()  # the one `stream` just made sure of: nothing is measured here
-                yield {"cost_curve": {**curve.to_dict(), "per_token_ms": curve.per_token_ms,
-                                      "text": curve.describe()}}
+                yield {"cost_curve": cost_curve_meta(engine)}  # the one `stream` just made sure of
             yield from steps
         finally:
             steps.close()  # closes the engine's Run: decoding stops at this step
@@ -124,3 +122,10 @@ class Explorer(LiveTab, CompareTab):
             return parse_prompt(prompt_text), generation_options(knobs)
         except ValueError as exc:
             raise fail("invalid input", exc) from None
+
+
+def cost_curve_meta(engine) -> dict:
+    """The engine's cost curve as a trace's meta holds it (`meta["cost_curve"]`, which the Live KPIs and the
+    budget note read): measured or read from the cache already, so nothing is measured here."""
+    curve = engine.cost_curve()
+    return {**curve.to_dict(), "per_token_ms": curve.per_token_ms, "text": curve.describe()}

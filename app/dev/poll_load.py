@@ -90,72 +90,87 @@ class Decoders:
         return [tps for at, tps, _ in self.runs if t0 <= at <= t1]
 
 
+class _Classroom:
+    """One simulated class against a running app: the students' devices, one device that answers 200
+    times, and the teacher's steps through the questions; the latencies and each device's last answer."""
+
+    def __init__(self, http, store, code: str, token: str, rng: random.Random, question_s: float):
+        self.http, self.store, self.code, self.token = http, store, code, token
+        self.rng, self.question_s = rng, question_s
+        self.lat = {"page": [], "answer": [], "state": []}
+        self.last: dict[tuple[int, str], int] = {}
+        self.refused: list[str] = []
+        self.done = asyncio.Event()
+
+    async def timed(self, kind: str, coro):
+        t0 = time.perf_counter()
+        r = await coro
+        self.lat[kind].append(time.perf_counter() - t0)
+        return r
+
+    async def student(self, i: int, join_s: float) -> None:
+        rng, code = self.rng, self.code
+        device = f"loadtest-device-{i:04d}-{rng.randrange(16**8):08x}"
+        await asyncio.sleep(rng.uniform(0, join_s))
+        r = await self.timed("page", self.http.get(f"/poll/{code}"))
+        if r.status_code != 200:
+            self.refused.append(f"page {r.status_code}")
+        answered: set[int] = set()
+        while not self.done.is_set():
+            r = await self.timed("state", self.http.get(f"/poll/{code}/state", params={"device": device}))
+            st = r.json()
+            q = st.get("question")
+            if st.get("status") == "open" and q and q["id"] not in answered:
+                answered.add(q["id"])
+                await asyncio.sleep(rng.uniform(0.3, min(3.0, self.question_s / 3)))
+                await self.answer(q, device)
+            await asyncio.sleep(1.5)
+
+    async def answer(self, q: dict, device: str) -> None:
+        """One choice, and a changed mind a third of the time; the last accepted one counts."""
+        picks = [self.rng.randrange(len(q["options"]))]
+        if self.rng.random() < 1 / 3:
+            picks.append(self.rng.randrange(len(q["options"])))
+        for choice in picks:
+            r = await self.timed("answer", self.http.post(f"/poll/{self.code}/answer", json={
+                "question": q["id"], "choice": choice, "device": device}))
+            if r.status_code == 200:
+                self.last[(q["id"], device)] = choice
+            else:
+                self.refused.append(f"answer {r.status_code}: {r.text[:80]}")
+
+    async def spammer(self) -> None:
+        device = "loadtest-one-device-200-answers"
+        while self.store.poll(self.code).current != 0:
+            await asyncio.sleep(0.1)
+        for k in range(200):
+            r = await self.http.post(f"/poll/{self.code}/answer",
+                                     json={"question": 0, "choice": k % 2, "device": device})
+            if r.status_code == 200:
+                self.last[(0, device)] = k % 2
+
+    async def teacher(self, n_questions: int, join_s: float) -> None:
+        await asyncio.sleep(join_s)        # everyone has joined
+        for idx in range(n_questions):
+            self.store.show(self.code, self.token, idx)
+            await asyncio.sleep(self.question_s)
+            self.store.reveal(self.code, self.token, idx)
+            await asyncio.sleep(1.0)
+        self.done.set()
+
+
 async def classroom(url: str, store, code: str, token: str, n_questions: int, students: int, join_s: float,
                     question_s: float, seed: int) -> dict:
     """The teacher steps through the questions while the students join, poll and answer. Returns latencies
     and the answers each device sent last per question."""
     import httpx
 
-    rng = random.Random(seed)
-    lat = {"page": [], "answer": [], "state": []}
-    last: dict[tuple[int, str], int] = {}
-    refused: list[str] = []
-    done = asyncio.Event()
     limits = httpx.Limits(max_connections=students + 8)
     async with httpx.AsyncClient(base_url=url, timeout=30.0, limits=limits) as http:
-
-        async def timed(kind, coro):
-            t0 = time.perf_counter()
-            r = await coro
-            lat[kind].append(time.perf_counter() - t0)
-            return r
-
-        async def student(i: int) -> None:
-            device = f"loadtest-device-{i:04d}-{rng.randrange(16**8):08x}"
-            await asyncio.sleep(rng.uniform(0, join_s))
-            r = await timed("page", http.get(f"/poll/{code}"))
-            if r.status_code != 200:
-                refused.append(f"page {r.status_code}")
-            answered: set[int] = set()
-            while not done.is_set():
-                r = await timed("state", http.get(f"/poll/{code}/state", params={"device": device}))
-                st = r.json()
-                q = st.get("question")
-                if st.get("status") == "open" and q and q["id"] not in answered:
-                    answered.add(q["id"])
-                    await asyncio.sleep(rng.uniform(0.3, min(3.0, question_s / 3)))
-                    picks = [rng.randrange(len(q["options"]))]
-                    if rng.random() < 1 / 3:
-                        picks.append(rng.randrange(len(q["options"])))
-                    for choice in picks:
-                        r = await timed("answer", http.post(f"/poll/{code}/answer", json={
-                            "question": q["id"], "choice": choice, "device": device}))
-                        if r.status_code == 200:
-                            last[(q["id"], device)] = choice
-                        else:
-                            refused.append(f"answer {r.status_code}: {r.text[:80]}")
-                await asyncio.sleep(1.5)
-
-        async def spammer() -> None:
-            device = "loadtest-one-device-200-answers"
-            while store.poll(code).current != 0:
-                await asyncio.sleep(0.1)
-            for k in range(200):
-                r = await http.post(f"/poll/{code}/answer", json={"question": 0, "choice": k % 2, "device": device})
-                if r.status_code == 200:
-                    last[(0, device)] = k % 2
-
-        async def teacher() -> None:
-            await asyncio.sleep(join_s)        # everyone has joined
-            for idx in range(n_questions):
-                store.show(code, token, idx)
-                await asyncio.sleep(question_s)
-                store.reveal(code, token, idx)
-                await asyncio.sleep(1.0)
-            done.set()
-
-        await asyncio.gather(teacher(), spammer(), *(student(i) for i in range(students)))
-    return {"lat": lat, "last": last, "refused": refused}
+        room = _Classroom(http, store, code, token, random.Random(seed), question_s)
+        await asyncio.gather(room.teacher(n_questions, join_s), room.spammer(),
+                             *(room.student(i, join_s) for i in range(students)))
+    return {"lat": room.lat, "last": room.last, "refused": room.refused}
 
 
 def say(text: str) -> None:

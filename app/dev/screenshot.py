@@ -34,6 +34,7 @@ def record(example: str, max_new_tokens: int, path: Path) -> float:
     from nanospec.events import save_trace
     from nanospec.pair import load_pair
 
+    from app.callbacks import cost_curve_meta
     from app.inputs import defaults_for, example_prompts
 
     text = next(t for label, t in example_prompts() if example in label or example in t)
@@ -44,7 +45,8 @@ def record(example: str, max_new_tokens: int, path: Path) -> float:
     with metered() as meter:
         result = engine.generate(text, cfg)
     save_trace(path, result.events, result.summary, meta={"target": info.target, "prompt": text,
-                                                          "config": cfg.to_dict()})
+                                                          "config": cfg.to_dict(),
+                                                          "cost_curve": cost_curve_meta(engine)})
     return meter.cpu_share
 
 

@@ -19,6 +19,7 @@ import statistics
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 
 from app.dev.served import connect, free_port, start_app, stop_app
@@ -53,10 +54,36 @@ class SoakReport:
         return not self.errors and not self.mismatches and (drift is None or abs(drift) <= RSS_DRIFT_LIMIT)
 
 
+class _TokenText(HTMLParser):
+    """The text of the answer box's token spans (`app/templates/answer_token.html`), markup left out."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.depth, self.pieces = 0, []
+
+    def handle_starttag(self, tag, attrs):
+        if self.depth:
+            self.depth += tag == "span"
+        elif tag == "span" and "tok" in (dict(attrs).get("class") or "").split():
+            self.depth = 1
+
+    def handle_endtag(self, tag):
+        if self.depth and tag == "span":
+            self.depth -= 1
+
+    def handle_data(self, data):
+        if self.depth:
+            self.pieces.append(data)
+
+
 def answer_text(outputs) -> str:
-    """The answer box of a `/run` result: HighlightedText spans joined."""
-    spans = outputs[0]
-    return "".join(s["token"] for s in spans) if isinstance(spans, list) else str(spans)
+    """The answer's text from a `/run` result: the answer box's tokens joined. Only the text: each
+    token's underline (its origin) depends on the trees the draft budget chose, which depend on the
+    measured speed and so on the load, while the text must not."""
+    box = outputs[0]
+    parser = _TokenText()
+    parser.feed(str(box))
+    return "".join(parser.pieces)
 
 
 def rss_mb(pid: int) -> float:
@@ -92,6 +119,8 @@ def run_soak(url: str, server, clients: int, runs: int, max_new_tokens: int, met
     for i, prompt in enumerate(prompts):  # each prompt alone: the first also loads the model
         reference[prompt] = answer_text(solo.predict(prompt, **knobs, api_name="/run"))
         log(f"reference {i + 1}/{len(prompts)}: {len(reference[prompt])} characters")
+        if not reference[prompt]:  # no text read from the answer box: every comparison would pass
+            report.errors.append(f"reference {i + 1}: no answer text in the /run result")
     lock = threading.Lock()
     done = [0]
 
