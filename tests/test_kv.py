@@ -105,7 +105,6 @@ def test_tree_attention_equals_stock_sdpa_bit_for_bit(tiny_pair):
     assert torch.equal(outs[0], outs[1])
 
 
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_attention_rows_do_not_depend_on_their_neighbours(dtype):
     """In bf16/fp16 on a CPU (attention.py runs the kernel in fp64 inside) a query row verified among

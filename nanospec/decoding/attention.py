@@ -39,7 +39,7 @@ def tree_sdpa_forward(module, query: torch.Tensor, key: torch.Tensor, value: tor
     """Several queries under a mask with grouped key/value heads: one kernel call, no copies of the
     cache. query: [B, H, q, D]; key, value: [B, H_kv, kv, D]; mask: [B, 1, q, kv] bool (True = attend)."""
     groups = getattr(module, "num_key_value_groups", 1)
-    if query.dtype in WIDENED and query.device.type == "cpu" and kwargs.get("softcap") is None:
+    if widened(query.dtype, query.device) and kwargs.get("softcap") is None:
         return _widened(query, key, value, attention_mask, dropout, scaling, groups > 1)
     if (attention_mask is None or groups == 1 or query.shape[2] == 1 or query.device.type != "cpu"
             or key.shape[-1] != value.shape[-1] or kwargs.get("softcap") is not None):
@@ -48,6 +48,18 @@ def tree_sdpa_forward(module, query: torch.Tensor, key: torch.Tensor, value: tor
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
                                          scale=scaling, enable_gqa=True)  # [B, H, q, D]
     return out.transpose(1, 2).contiguous(), None                         # [B, q, H, D]
+
+
+def widened(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether attention in `dtype` on `device` runs in fp64 inside (see the module's docstring)."""
+    return dtype in WIDENED and torch.device(device).type == "cpu"
+
+
+def attention_name(model) -> str:
+    """The attention a model runs with, as the engine reports it and the cost curve's key records it."""
+    weight = next(model.parameters())
+    return (str(getattr(model.config, "_attn_implementation", ""))
+            + (" (fp64 inside)" if widened(weight.dtype, weight.device) else ""))
 
 
 def _widened(query, key, value, attention_mask, dropout, scaling, grouped: bool) -> tuple[torch.Tensor, None]:

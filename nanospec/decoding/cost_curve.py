@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from nanospec.decoding.attention import WIDENED
+from nanospec.decoding.attention import attention_name
 from nanospec.loaders.cpu_linear import packed_kernel
 from nanospec.timing import MIN_CPU_SHARE, metered
 
@@ -113,8 +113,7 @@ def curve_key(model, device: torch.device, packed: bool) -> dict:
             "config": hashlib.sha256(conf.encode()).hexdigest()[:16], "dtype": str(next(model.parameters()).dtype),
             "device": f"{dev.type}:{name}", "threads": torch.get_num_threads(), "torch": torch.__version__,
             "packed": packed_kernel() if packed else False,
-            "attention": str(getattr(model.config, "_attn_implementation", ""))
-            + (" fp64 inside" if dev.type == "cpu" and next(model.parameters()).dtype in WIDENED else "")}
+            "attention": attention_name(model)}
 
 
 def curve_sizes(max_nodes: int) -> list[int]:

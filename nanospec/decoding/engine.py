@@ -21,7 +21,7 @@ import torch
 from nanospec import transfer
 from nanospec.config import TREE_OPTIONS, GenerationConfig
 from nanospec.decoding.accept import sample_token
-from nanospec.decoding.attention import WIDENED, use_tree_attention
+from nanospec.decoding.attention import attention_name, use_tree_attention
 from nanospec.decoding.bookkeeping import accept_step, single_node_event, spec_event
 from nanospec.decoding.budget import BudgetFigures, DraftBudget
 from nanospec.decoding.copy_branch import PAD, CopyBranch
@@ -95,8 +95,7 @@ class SpecEngine:
             if head is not None and hasattr(head, "config"):
                 use_tree_attention(head.config)
         self.kernels = (f"{kernel_summary(self.packed_linears, self.device)}; {self.fused_norms} fused RMS norms; "
-                        f"attention: {getattr(model.config, '_attn_implementation', '?')}"
-                        + (" (fp64 inside)" if self.device.type == "cpu" and model.dtype in WIDENED else ""))
+                        f"attention: {attention_name(model) or '?'}")
         logger.info("decoding on %s: %s", self.device, self.kernels)  # which path, said once per engine
         self.lm_head_weight = model.get_output_embeddings().weight  # [V, H]
         self.vocab_size = self.lm_head_weight.shape[0]
