@@ -36,6 +36,7 @@ from nanospec.decoding.verify import Acceptance, check_attention_supported, gree
 from nanospec.events import StepEvent
 from nanospec.loaders.cpu_linear import PackedLinear, kernel_summary
 from nanospec.loaders.cpu_linear import pack_linears as pack_modules
+from nanospec.loaders.half_linear import stabilize_linears
 from nanospec.loaders.fused_norm import fuse_rms_norms
 from nanospec.options import run_defaults
 from nanospec.timing import PhaseTimer, sync
@@ -81,14 +82,14 @@ class SpecEngine:
         self.head = head
         # what the head's family decides (its checks, the states it reads, its LM-head rows, its drafter)
         self.drafting = bind_head(model, head, drafter_factory)
-        # fp32 on CPU: pre-pack every linear weight for oneDNN, in place (cpu_linear.py); the
-        # target, the head and the full/static drafter LM heads all get it, so no method gains
-        # from a kernel another lacks. Elsewhere (CUDA, half precision) nothing changes.
+        # fp32 on CPU: every linear weight pre-packed in place (cpu_linear.py) for the target, the head and
+        # the drafter LM heads alike, so no method gains from a kernel another lacks. CUDA: nothing changes.
         self.packed_linears = self.fused_norms = 0
         if pack_linears:
             self.packed_linears = pack_modules(model) + (pack_modules(head) if head is not None else 0)
             # RMS norms on the fused kernel where it gives the same numbers bit for bit (fused_norm.py)
             self.fused_norms = fuse_rms_norms(model) + (fuse_rms_norms(head) if head is not None else 0)
+        self.row_stable_linears = stabilize_linears(model) + (stabilize_linears(head) if head else 0)  # bf16 CPU
         self.device = next(model.parameters()).device
         if self.device.type == "cpu":  # grouped heads without copying the cache under a tree mask (attention.py)
             use_tree_attention(model.config)
