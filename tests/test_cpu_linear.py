@@ -8,7 +8,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nanospec.config import METHODS, GenerationConfig
-from nanospec.loaders.cpu_linear import PackedLinear, mkl_packed_available, onednn_linear_available, pack_linears
+from nanospec.loaders.cpu_linear import (PackedLinear, mkl_packed_available, mkl_rows_stable, onednn_linear_available,
+                                         pack_linears, packed_kernel)
 from nanospec.decoding.engine import SpecEngine
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
 from nanospec.vocab import ActiveVocab, FullVocab
@@ -66,6 +67,9 @@ def test_mkl_packed_rows_do_not_depend_on_how_many_rows_come_with_them(monkeypat
     several-row kernel, besides its speed): a node's logits do not change with the tree's size."""
     if not mkl_packed_available():
         pytest.skip("no MKL packed sgemm in this torch build")
+    if not mkl_rows_stable():
+        assert packed_kernel() == "onednn"  # the engine must not use it here
+        pytest.skip("MKL's packed sgemm is not row-stable on this CPU; the engine uses oneDNN's packed kernel")
     monkeypatch.setenv("NANOSPEC_PACKED_KERNEL", "mkl")
     torch.manual_seed(0)
     packed = PackedLinear(nn.Linear(576, 1536))

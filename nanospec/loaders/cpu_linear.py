@@ -67,9 +67,23 @@ def packed_kernel() -> str:
     """The kernel several rows go to: MKL's packed sgemm where it exists, else oneDNN's (override for a
     measurement with NANOSPEC_PACKED_KERNEL=onednn)."""
     choice = os.environ.get("NANOSPEC_PACKED_KERNEL", "")
-    if choice == "onednn" or not mkl_packed_available():
+    if choice == "mkl" and mkl_packed_available():
+        return "mkl"
+    if choice == "onednn" or not mkl_packed_available() or not mkl_rows_stable():
         return "onednn"
     return "mkl"
+
+
+@functools.cache
+def mkl_rows_stable() -> bool:
+    """Whether MKL's packed sgemm gives a row the same bits at any row count on this CPU (true on the Intel
+    Xeons measured; not on an AMD EPYC, where oneDNN's packed kernel is used instead). Probed once."""
+    gen = torch.Generator().manual_seed(0)
+    w, x = torch.randn(1536, 576, generator=gen), torch.randn(24, 576, generator=gen)
+    packed = torch.ops.mkl._mkl_reorder_linear_weight(w, 16)
+    with torch.inference_mode():
+        full = torch.ops.mkl._mkl_linear(x, packed, w, None, 24)
+        return all(torch.equal(torch.ops.mkl._mkl_linear(x[:n], packed, w, None, n), full[:n]) for n in (2, 3, 4, 9, 16))
 
 
 def kernel_summary(packed: int, device: torch.device | str = "cpu") -> str:
