@@ -89,7 +89,7 @@ class SpecEngine:
             self.packed_linears = pack_modules(model) + (pack_modules(head) if head is not None else 0)
             # RMS norms on the fused kernel where it gives the same numbers bit for bit (fused_norm.py)
             self.fused_norms = fuse_rms_norms(model) + (fuse_rms_norms(head) if head is not None else 0)
-        self.row_stable_linears = stabilize_linears(model) + (stabilize_linears(head) if head else 0)  # bf16 CPU
+        self.row_stable_linears = stabilize_linears(model) + (stabilize_linears(head) if head is not None else 0)
         self.device = next(model.parameters()).device
         if self.device.type == "cpu":  # grouped heads without copying the cache under a tree mask (attention.py)
             use_tree_attention(model.config)

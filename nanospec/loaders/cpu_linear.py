@@ -6,7 +6,8 @@ dominates the matmul; a weight packed once avoids it. Two packed kernels exist i
 MKL's packed sgemm (`torch.ops.mkl._mkl_linear`, what Inductor's freezing uses) and oneDNN's
 (`torch.ops.mkldnn._linear_pointwise`). MKL's is the one used where it exists: on an Intel Xeon with
 AVX-512 it was 1.1-1.2x faster than oneDNN's at 4-16 rows, its per-call overhead is lower, and a row's
-result does not depend on how many rows come with it (tested). One row is the exception: there
+result does not depend on how many rows come with it there. That last property is probed once
+(`mkl_rows_stable`): on an AMD EPYC it failed, and there oneDNN's kernel is used. One row is the exception: there
 `F.linear` was as fast or faster on every machine measured, so a `PackedLinear` hands single rows (a
 plain decoding step, a one-token drafter update) to `F.linear` and only several rows to the packed
 kernel. `python -m nanospec.loaders.cpu_linear` measures the kernels on this machine
@@ -64,14 +65,12 @@ def mkl_packed_available() -> bool:
 
 
 def packed_kernel() -> str:
-    """The kernel several rows go to: MKL's packed sgemm where it exists, else oneDNN's (override for a
-    measurement with NANOSPEC_PACKED_KERNEL=onednn)."""
+    """The kernel several rows go to: MKL's packed sgemm where it exists and is row-stable, else oneDNN's
+    (override for a measurement with NANOSPEC_PACKED_KERNEL=onednn, or =mkl where MKL's exists)."""
     choice = os.environ.get("NANOSPEC_PACKED_KERNEL", "")
-    if choice == "mkl" and mkl_packed_available():
-        return "mkl"
-    if choice == "onednn" or not mkl_packed_available() or not mkl_rows_stable():
+    if choice == "onednn" or not mkl_packed_available():
         return "onednn"
-    return "mkl"
+    return "mkl" if choice == "mkl" or mkl_rows_stable() else "onednn"
 
 
 @functools.cache
@@ -83,7 +82,8 @@ def mkl_rows_stable() -> bool:
     packed = torch.ops.mkl._mkl_reorder_linear_weight(w, 16)
     with torch.inference_mode():
         full = torch.ops.mkl._mkl_linear(x, packed, w, None, 24)
-        return all(torch.equal(torch.ops.mkl._mkl_linear(x[:n], packed, w, None, n), full[:n]) for n in (2, 3, 4, 9, 16))
+        return all(torch.equal(torch.ops.mkl._mkl_linear(x[:n], packed, w, None, n), full[:n])
+                   for n in (2, 3, 4, 9, 16))
 
 
 def kernel_summary(packed: int, device: torch.device | str = "cpu") -> str:
@@ -98,14 +98,25 @@ def can_pack(weight: torch.Tensor) -> bool:
     return weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_linear_available()
 
 
-class PackedLinear(nn.Module):
-    """`nn.Linear` for inference with its weight also held in oneDNN's packed layout."""
+class LinearView(nn.Module):
+    """Base of the inference linears that stand in for an `nn.Linear`: the same weight and bias objects,
+    so tied weights stay tied and code reading `.weight` sees the original tensor."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight  # the same Parameter: tied weights stay tied
         self.bias = linear.bias
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class PackedLinear(LinearView):
+    """`nn.Linear` for inference with its weight also held in oneDNN's packed layout."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__(linear)
         self.kernel = packed_kernel()
         with torch.no_grad():
             w = linear.weight.detach()
@@ -140,22 +151,25 @@ class PackedLinear(nn.Module):
             y = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, bias, "none", [], "")  # [N, out]
         return y.reshape(*lead, self.out_features)
 
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
-
-def pack_linears(module: nn.Module) -> int:
-    """Replace, in place, every fp32 CPU `nn.Linear` below `module` (its descendants, not `module`
-    itself) with a `PackedLinear`; returns how many were replaced. Idempotent; a no-op elsewhere."""
+def replace_linears(module: nn.Module, wanted, make) -> int:
+    """Replace, in place, every `nn.Linear` below `module` (its descendants, not `module` itself) whose
+    weight passes `wanted(weight)` with `make(linear)`; returns how many were replaced."""
     count = 0
     for name, child in list(module.named_children()):
         if isinstance(child, nn.Linear):
-            if can_pack(child.weight):
-                setattr(module, name, PackedLinear(child))
+            if wanted(child.weight):
+                setattr(module, name, make(child))
                 count += 1
         else:
-            count += pack_linears(child)
+            count += replace_linears(child, wanted, make)
     return count
+
+
+def pack_linears(module: nn.Module) -> int:
+    """Every fp32 CPU `nn.Linear` below `module` as a `PackedLinear`; returns how many were replaced.
+    Idempotent; a no-op elsewhere."""
+    return replace_linears(module, can_pack, PackedLinear)
 
 
 def _sweep_ms(calls, x: torch.Tensor) -> float:

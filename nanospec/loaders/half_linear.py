@@ -4,7 +4,8 @@ A verification forward feeds a tree of several rows; plain decoding (`ar`) feeds
 to reproduce `ar` token for token, a row's logits must not depend on how many rows come with it. In
 fp32 the engine's kernels keep that (cpu_linear.py); in bf16 and fp16 PyTorch's CPU `F.linear` sends
 one row to a matrix-vector kernel whose summation order differs from the matrix kernel's (seen on an
-AMD EPYC with AVX-512 BF16 and no AMX, for the MLP's down projection, K = 1536), while any count of two or more rows gives the same bits per row. So a single row is
+AMD EPYC with AVX-512 BF16 and no AMX, for the MLP's down projection, K = 1536), while any count of
+two or more rows gives the same bits per row. So a single row is
 computed as two copies of itself, on the same kernel as a tree; at these shapes two rows cost what
 one does (`python -m nanospec.loaders.half_linear` checks and times it on this machine).
 """
@@ -18,6 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nanospec.loaders.cpu_linear import LinearView, replace_linears
+
 HALF = (torch.bfloat16, torch.float16)
 
 
@@ -25,14 +28,8 @@ def needs_row_stable(weight: torch.Tensor) -> bool:
     return weight.device.type == "cpu" and weight.dtype in HALF
 
 
-class RowStableLinear(nn.Module):
+class RowStableLinear(LinearView):
     """`nn.Linear` whose single rows go through the several-row kernel (see the module doc)."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight = linear.weight  # the same Parameter: tied weights stay tied
-        self.bias = linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.numel() != self.in_features:
@@ -40,22 +37,11 @@ class RowStableLinear(nn.Module):
         pair = x.reshape(1, self.in_features).repeat(2, 1)
         return F.linear(pair, self.weight, self.bias)[:1].reshape(*x.shape[:-1], self.out_features)
 
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
-
 
 def stabilize_linears(module: nn.Module) -> int:
     """Replace, in place, every half-precision CPU `nn.Linear` below `module` with a `RowStableLinear`;
     returns how many were replaced. Idempotent; a no-op in fp32 and off the CPU."""
-    count = 0
-    for name, child in list(module.named_children()):
-        if isinstance(child, nn.Linear):
-            if needs_row_stable(child.weight):
-                setattr(module, name, RowStableLinear(child))
-                count += 1
-        else:
-            count += stabilize_linears(child)
-    return count
+    return replace_linears(module, needs_row_stable, RowStableLinear)
 
 
 def rows_differing(out_features: int, in_features: int, dtype: torch.dtype, stable: bool, trials: int = 10,
