@@ -126,9 +126,12 @@ def _tree_title_step(page) -> int:
 
 def test_after_stop_the_tree_and_the_step_slider_agree(page_url, browser):
     page = _open(browser, page_url)
-    # an answer that runs to the length limit: an example's answer (116 tokens for "code:") could end, warm, in
-    # ~3 s, before the Stop click was handled, and then there is nothing to stop (seen on a full test run)
-    page.locator("#prompt textarea").fill("Count from 1 to 1000, one number per line.")
+    # an answer that runs to the 512-token limit (~10 s warm at 54 tokens/s): a short answer ends before the Stop
+    # click is handled, and then there is nothing to stop. Both the "code:" example and "Count from 1 to 1000"
+    # end at EOS after ~120 tokens (~3 s): the full test run failed on that race. Checked with
+    # `python -m nanospec generate "<this prompt>" --max-new-tokens 512` (stop: max_new_tokens).
+    page.locator("#prompt textarea").fill(
+        "Write a very long essay about the history of the Roman Empire, with many chapters.")
     _set_slider(page, "max-new-tokens", 512)
     page.locator("#run-btn").click()
     page.locator("#tree-plot .js-plotly-plot").first.wait_for(state="visible", timeout=300_000)
