@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nanospec.config import METHODS, GenerationConfig
-from nanospec.loaders.cpu_linear import (PackedLinear, mkl_packed_available, mkl_rows_stable, onednn_linear_available,
+from nanospec.loaders.cpu_linear import (ONE_ROW_COPIES, PackedLinear, mkl_packed_available, mkl_rows_stable, onednn_linear_available,
                                          pack_linears, packed_kernel)
 from nanospec.decoding.engine import SpecEngine
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
@@ -38,21 +38,25 @@ def test_packed_linear_matches_linear(bias, shape):
 KERNEL_OPS = {"onednn": (torch.ops.mkldnn, "_linear_pointwise"), "mkl": (torch.ops.mkl, "_mkl_linear")}
 
 
-@pytest.mark.parametrize("kernel", ["mkl", "onednn"])
-def test_one_row_takes_mkl_and_several_rows_the_packed_kernel(monkeypatch, kernel):
-    """One row (a plain decoding step) was as fast or faster on F.linear on every machine measured, so a
-    PackedLinear hands it there, bit for bit; several rows (a verified tree) take the packed kernel."""
-    if kernel == "mkl" and not mkl_packed_available():
-        pytest.skip("no MKL packed sgemm in this torch build")
-    monkeypatch.setenv("NANOSPEC_PACKED_KERNEL", kernel)
-    torch.manual_seed(0)
-    lin = nn.Linear(24, 40)
-    packed = PackedLinear(lin)
-    assert packed.kernel == kernel
+def _count_kernel_calls(monkeypatch, kernel: str) -> list:
     calls = []
     ns, name = KERNEL_OPS[kernel]
     real = getattr(ns, name)
     monkeypatch.setattr(ns, name, lambda x, *a: calls.append(x.shape[0]) or real(x, *a))
+    return calls
+
+
+def test_with_mkl_one_row_takes_f_linear_and_several_rows_the_packed_kernel(monkeypatch):
+    """With MKL's packed sgemm (row-stable Xeons), one row (a plain decoding step) goes to F.linear, as fast
+    or faster there, bit for bit; several rows (a verified tree) take the packed kernel."""
+    if not mkl_packed_available():
+        pytest.skip("no MKL packed sgemm in this torch build")
+    monkeypatch.setenv("NANOSPEC_PACKED_KERNEL", "mkl")
+    torch.manual_seed(0)
+    lin = nn.Linear(24, 40)
+    packed = PackedLinear(lin)
+    assert packed.kernel == "mkl"
+    calls = _count_kernel_calls(monkeypatch, "mkl")
     with torch.inference_mode():
         for shape in [(24,), (1, 24), (1, 1, 24)]:
             x = torch.randn(*shape)
@@ -60,6 +64,40 @@ def test_one_row_takes_mkl_and_several_rows_the_packed_kernel(monkeypatch, kerne
         assert calls == []
         y = packed(torch.randn(1, 3, 24))
     assert calls == [3] and y.shape == (1, 3, 40)
+
+
+def test_with_onednn_one_row_goes_to_the_packed_kernel_as_copies(monkeypatch):
+    """With oneDNN's packed kernel, one row goes there too, as copies of itself: its bits are those it gets
+    among the rows of a verified tree (oneDNN's one-row path sums in another order)."""
+    monkeypatch.setenv("NANOSPEC_PACKED_KERNEL", "onednn")
+    torch.manual_seed(0)
+    packed = PackedLinear(nn.Linear(24, 40))
+    assert packed.kernel == "onednn"
+    calls = _count_kernel_calls(monkeypatch, "onednn")
+    x = torch.randn(3, 24)
+    with torch.inference_mode():
+        several = packed(x)
+        for shape in [(24,), (1, 24), (1, 1, 24)]:
+            one = packed(x[0].reshape(shape))
+            assert one.shape == (*shape[:-1], 40)
+            assert torch.equal(one.reshape(40), several[0])
+    assert calls == [3] + [ONE_ROW_COPIES] * 3
+
+
+@pytest.mark.parametrize("shape", [(576, 1536), (1536, 576), (4096, 576)])
+def test_onednn_rows_do_not_depend_on_how_many_rows_come_with_them(monkeypatch, shape):
+    """On oneDNN's kernel a row gets the same bits alone (a plain step) and among 2..24 rows (a verified
+    tree), at the default target's shapes: 576 x 1536 is the MLP's down projection, whose one-row path
+    sums in another order on an AMD EPYC (the reason a single row goes as copies)."""
+    monkeypatch.setenv("NANOSPEC_PACKED_KERNEL", "onednn")
+    out_f, in_f = shape
+    gen = torch.Generator().manual_seed(1)
+    packed = PackedLinear(nn.Linear(in_f, out_f))
+    x = torch.randn(24, in_f, generator=gen)
+    with torch.inference_mode():
+        alone = torch.cat([packed(x[i:i + 1]) for i in range(24)])
+        for n in range(2, 25):
+            assert torch.equal(packed(x[:n]), alone[:n]), f"{n} rows"
 
 
 def test_mkl_packed_rows_do_not_depend_on_how_many_rows_come_with_them(monkeypatch):

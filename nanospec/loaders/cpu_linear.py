@@ -7,11 +7,18 @@ MKL's packed sgemm (`torch.ops.mkl._mkl_linear`, what Inductor's freezing uses) 
 (`torch.ops.mkldnn._linear_pointwise`). MKL's is the one used where it exists: on an Intel Xeon with
 AVX-512 it was 1.1-1.2x faster than oneDNN's at 4-16 rows, its per-call overhead is lower, and a row's
 result does not depend on how many rows come with it there. That last property is probed once
-(`mkl_rows_stable`): on an AMD EPYC it failed, and there oneDNN's kernel is used. One row is the exception: there
-`F.linear` was as fast or faster on every machine measured, so a `PackedLinear` hands single rows (a
-plain decoding step, a one-token drafter update) to `F.linear` and only several rows to the packed
-kernel. `python -m nanospec.loaders.cpu_linear` measures the kernels on this machine
-(docs/benchmarks.md, "Linear kernels", has runs).
+(`mkl_rows_stable`): on an AMD EPYC it failed, and there oneDNN's kernel is used.
+
+A single row (a plain decoding step, a one-token drafter update) goes where its bits match the rows of a
+verified tree, so that `ar` and verification agree exactly and `ar` gets the fastest one-row path:
+- with MKL's kernel, to `F.linear` (MKL's sgemm), as fast or faster at one row on the Xeons measured;
+- with oneDNN's, to the packed kernel as four copies of itself: oneDNN's one-row path sums the MLP's down
+  projection (576 x 1536) in another order than its several-row path, while any count of two or more
+  rows gives a row the same bits (`F.linear` also gives a row other bits than oneDNN's several rows).
+  Four, not two: oneDNN is slower below four rows, and on an AMD EPYC plain decoding ran at 17.7 tok/s
+  with four copies, 15.3 with two and 15.0 on `F.linear` (docs/benchmarks.md, "Linear kernels").
+`python -m nanospec.loaders.cpu_linear` measures the kernels on this machine (docs/benchmarks.md,
+"Linear kernels", has runs).
 
 `pack_linears(module)` swaps every `nn.Linear` inside a module for a `PackedLinear` that keeps the
 original weight (so code that reads `.weight` -- tied embeddings, the drafter's LM-head rows --
@@ -90,8 +97,10 @@ def kernel_summary(packed: int, device: torch.device | str = "cpu") -> str:
     """One line saying which linear kernels decoding runs on (what the engine logs once, and benchmarks print)."""
     if torch.device(device).type != "cpu" or not packed:
         return "linears: PyTorch's default kernel for every row count"
-    several = "MKL's packed sgemm" if packed_kernel() == "mkl" else "oneDNN's packed kernel"
-    return f"linears: one row on PyTorch's F.linear, several rows on {several} ({packed} layers packed)"
+    if packed_kernel() == "mkl":
+        return f"linears: one row on PyTorch's F.linear, several rows on MKL's packed sgemm ({packed} layers packed)"
+    return (f"linears: every row count on oneDNN's packed kernel, one row as {ONE_ROW_COPIES} copies "
+            f"({packed} layers packed)")
 
 
 def can_pack(weight: torch.Tensor) -> bool:
@@ -110,6 +119,16 @@ class LinearView(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def one_row_in_copies(linear, x: torch.Tensor, out_features: int, copies: int = 2) -> torch.Tensor:
+    """`linear` of the single row `x` ([.., in] with one row), computed on `copies` copies of it: for kernels
+    whose one-row path sums in another order than their several-row path."""
+    rows = x.reshape(1, x.shape[-1]).expand(copies, x.shape[-1]).contiguous()
+    return linear(rows)[:1].reshape(*x.shape[:-1], out_features)
+
+
+ONE_ROW_COPIES = 4  # how many copies of a single row go to oneDNN's packed kernel (module doc)
 
 
 class PackedLinear(LinearView):
@@ -136,9 +155,12 @@ class PackedLinear(LinearView):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return F.linear(x, self.weight, self.bias)  # the packed op has no backward
-        if x.numel() == self.in_features:
-            return F.linear(x, self.weight, self.bias)  # one row: MKL's kernel is as fast or faster (module doc)
-        return self.packed(x)
+        if x.numel() != self.in_features:
+            return self.packed(x)
+        if self.kernel == "mkl":
+            return F.linear(x, self.weight, self.bias)  # one row: MKL's sgemm, as fast or faster (module doc)
+        # one row on oneDNN: as copies of itself, so it gets the bits it gets in a verified tree (module doc)
+        return one_row_in_copies(self.packed, x, self.out_features, ONE_ROW_COPIES)
 
     def packed(self, x: torch.Tensor) -> torch.Tensor:
         """x @ W.T + b on the packed weight, whatever the number of rows (inference only)."""
@@ -192,9 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     plain = [nn.Linear(in_f, out_f, bias=False).eval() for _ in range(a.layers)]
     kernels = {"F.linear": plain}
+    chosen = os.environ.get("NANOSPEC_PACKED_KERNEL")
     for name in ("mkl", "onednn") if mkl_packed_available() else ("onednn",):
         os.environ["NANOSPEC_PACKED_KERNEL"] = name
         kernels[name] = [PackedLinear(layer).packed for layer in plain]  # the packed kernel itself, one row included
+    if chosen is None:
+        os.environ.pop("NANOSPEC_PACKED_KERNEL", None)
+    else:
+        os.environ["NANOSPEC_PACKED_KERNEL"] = chosen
+    kernels["engine"] = [PackedLinear(layer) for layer in plain]  # what decoding runs: one row as the module doc says
     print(f"{a.layers} x {out_f}x{in_f} fp32 weights ({a.layers * out_f * in_f * 4 / 1e6:.0f} MB), "
           f"{torch.get_num_threads()} threads; median ms per sweep over {a.repeats} interleaved repeats")
     with torch.inference_mode():

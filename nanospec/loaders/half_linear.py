@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nanospec.loaders.cpu_linear import LinearView, replace_linears
+from nanospec.loaders.cpu_linear import LinearView, one_row_in_copies, replace_linears
 
 HALF = (torch.bfloat16, torch.float16)
 
@@ -34,8 +34,7 @@ class RowStableLinear(LinearView):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.numel() != self.in_features:
             return F.linear(x, self.weight, self.bias)
-        pair = x.reshape(1, self.in_features).repeat(2, 1)
-        return F.linear(pair, self.weight, self.bias)[:1].reshape(*x.shape[:-1], self.out_features)
+        return one_row_in_copies(lambda rows: F.linear(rows, self.weight, self.bias), x, self.out_features)
 
 
 def stabilize_linears(module: nn.Module) -> int:
