@@ -15,8 +15,9 @@ verified tree, so that `ar` and verification agree exactly and `ar` gets the fas
 - with oneDNN's, to the packed kernel as four copies of itself: oneDNN's one-row path sums the MLP's down
   projection (576 x 1536) in another order than its several-row path, while any count of two or more
   rows gives a row the same bits (`F.linear` also gives a row other bits than oneDNN's several rows).
-  Four, not two: oneDNN is slower below four rows, and on an AMD EPYC plain decoding ran at 17.7 tok/s
-  with four copies, 15.3 with two and 15.0 on `F.linear` (docs/benchmarks.md, "Linear kernels").
+  Four, not two: oneDNN is slower below four rows; on an AMD EPYC plain decoding of one prompt (96
+  tokens, two runs each) ran at 17.6-17.9 tok/s with four copies, 15.0-15.6 with two and 14.9-15.1 on
+  `F.linear`.
 `python -m nanospec.loaders.cpu_linear` measures the kernels on this machine (docs/benchmarks.md,
 "Linear kernels", has runs).
 
