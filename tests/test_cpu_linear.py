@@ -8,8 +8,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nanospec.config import METHODS, GenerationConfig
-from nanospec.loaders.cpu_linear import (ONE_ROW_COPIES, PackedLinear, mkl_packed_available, mkl_rows_stable, onednn_linear_available,
-                                         pack_linears, packed_kernel)
+from nanospec.loaders.cpu_linear import (ONE_ROW_COPIES, PackedLinear, mkl_packed_available, mkl_rows_stable,
+                                         onednn_linear_available, pack_linears, packed_kernel)
 from nanospec.decoding.engine import SpecEngine
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
 from nanospec.vocab import ActiveVocab, FullVocab

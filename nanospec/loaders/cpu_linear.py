@@ -133,7 +133,8 @@ ONE_ROW_COPIES = 4  # how many copies of a single row go to oneDNN's packed kern
 
 
 class PackedLinear(LinearView):
-    """`nn.Linear` for inference with its weight also held in oneDNN's packed layout."""
+    """`nn.Linear` for inference with its weight also held in the packed layout of `packed_kernel()` (MKL's
+    or oneDNN's); a single row goes as the module doc says."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__(linear)
