@@ -60,6 +60,15 @@ def _load(a):
     return engine, info
 
 
+def _stock_model(a, info):
+    """`--hf-generate stock`: the target loaded again as transformers loads it (no packed linears, fused
+    norms or tree attention), on the same device and dtype; otherwise None."""
+    if a.hf_generate != "stock":
+        return None
+    from nanospec.loaders.loading import load_target
+    return load_target(a.model, device=info.device, dtype=info.dtype).model
+
+
 def _prompt_items(a, own_split: str | None = None) -> list[dict]:
     """The prompts a benchmark command runs: `--prompts` (every line, unless `--split` is given) or the
     project's set (`--split`, else `own_split`), cut to `--limit`. None left is an error that says why."""
@@ -118,7 +127,7 @@ def cmd_compare(a) -> int:
     table = compare(engine, prompts, methods, options, prompt_lookup=a.prompt_lookup,
                     progress=_prompt_progress, repeat=a.repeat, copy_branches=a.copy_branches,
                     budgets=(False, True) if a.budget == "both" else (), peer=_peer_runner(peer, a, engine, info),
-                    hf_generate=a.hf_generate)
+                    hf_generate=a.hf_generate is not None, hf_model=_stock_model(a, info))
     report.print_table(
         f"target {info.target} (V={info.vocab_size}, H={info.hidden_size}) | head {info.head} ({info.head_family}) | "
         f"device {info.device} {info.dtype} | {len(prompts)} prompts x {a.repeat} | "
@@ -226,8 +235,10 @@ SUBCOMMANDS = (
         _arg("--methods", default=",".join(METHODS)),
         _arg("--prompt-lookup", type=int, default=0, metavar="N",
              help="also run transformers' prompt-lookup decoding with N tokens (outside reference)"),
-        _arg("--hf-generate", action="store_true",
-             help="also time transformers' own greedy generate() on the same model (outside reference for ar)"),
+        _arg("--hf-generate", nargs="?", const="stock", default=None, choices=("stock", "engine"),
+             help="also time transformers' own greedy generate() (outside reference for ar): on a second copy "
+                  "of the target as transformers loads it ('stock', the default) or on the engine's own model, "
+                  "its kernels included ('engine')"),
         REPEAT, JSON,
         _arg("--peer", default=None, metavar="vllm:KIND[,...]",
              help="also run the prompts through vLLM in a child process (greedy, batch 1, same target): "

@@ -78,3 +78,18 @@ def test_compare_times_transformers_generate_as_a_reference_row(engine, prompts)
     assert hf["identical_to_ar"] is True and hf["n_prompts"] == 2 and hf["new_tokens"] == 20
     assert hf["tokens_per_s"] > 0 and len(hf["per_prompt_speedup"]) == 2
     assert hf["draft_ms_per_step"] is None and hf["mean_active"] is None
+
+
+def test_hf_generate_runs_on_the_model_it_is_given(engine, prompts, tiny_pair):
+    """`hf_model`: generate() runs on that model (here a second copy of the target with none of the engine's
+    packed linears or fused norms), not on the engine's."""
+    from nanospec.bench.random_pair import random_target
+    stock = random_target(tiny_pair[0].config, seed=0).to(engine.device).eval()
+    calls = []
+    stock.register_forward_pre_hook(lambda module, args: calls.append(1))
+    table = compare(engine, prompts[:2], ["nanospec"], {"max_new_tokens": 6, "stop_on_eos": False},
+                    hf_generate=True, hf_model=stock)
+    hf = {r["method"]: r for r in table}["hf_generate"]
+    assert hf["n_prompts"] == 2 and hf["new_tokens"] == 12
+    assert len(calls) >= 2 * 6  # one forward per generated token at least, on the stock copy
+    assert not any(type(m).__name__ in ("PackedLinear", "FusedRMSNorm") for m in stock.modules())

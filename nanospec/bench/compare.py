@@ -55,7 +55,7 @@ def row_name(base: str, copy_branch: int | None = None, budget: bool | None = No
 
 def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict,
             prompt_lookup: int = 0, progress=None, repeat: int = 1, copy_branches: tuple[int, ...] = (),
-            budgets: tuple[bool, ...] = (), peer=None, hf_generate: bool = False) -> list[dict]:
+            budgets: tuple[bool, ...] = (), peer=None, hf_generate: bool = False, hf_model=None) -> list[dict]:
     """Run `methods` (ar first, added if missing) on every prompt; return one dict per method.
 
     `copy_branches`: run every tree method once per copy-branch length N (row `method+copyN`,
@@ -64,8 +64,9 @@ def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict
     on and both are asked for); empty = `options`' own `budget`.
     `peer`: an outside engine (`bench.peers.VllmPeer`), called once with every prompt's token ids after
     this engine's runs; its rows (`PeerRun`s) join the table with the same identity check against ar.
-    `hf_generate`: also time transformers' own greedy `generate()` on the same model (row `hf_generate`), so
-    a reader sees how `ar` compares with the library's plain decoding."""
+    `hf_generate`: also time transformers' own greedy `generate()` (row `hf_generate`), so a reader sees how
+    `ar` compares with the library's plain decoding; on `hf_model` (the same target as transformers loads
+    it, none of this engine's kernels) or, when None, on the engine's own model."""
     methods = ["ar"] + [m for m in methods if m != "ar"]
     configs = {}
     for m in methods:
@@ -74,7 +75,8 @@ def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict
                 opts = options if n is None else {**options, "copy_branch": n}
                 opts = opts if b is None else {**opts, "budget": b}
                 configs[row_name(m, n, b)] = GenerationConfig.build(m, **opts)
-    return _interleaved(engine, prompts, configs, prompt_lookup, progress, repeat, peer, hf_generate)
+    reference = (hf_model if hf_model is not None else engine.model) if hf_generate else None
+    return _interleaved(engine, prompts, configs, prompt_lookup, progress, repeat, peer, reference)
 
 
 def sweep(engine: SpecEngine, prompts: list, method: str, trees: list[tuple[int, int, int]], options: dict,
@@ -104,17 +106,18 @@ OUTSIDE_ROWS = ("prompt_lookup", "hf_generate")  # transformers' own decoding: r
 
 
 def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, GenerationConfig], prompt_lookup: int,
-                 progress, repeat: int, peer=None, hf_generate: bool = False) -> list[dict]:
-    """Every config on every prompt, interleaved per prompt after one warm-up each; "ar" is the reference."""
+                 progress, repeat: int, peer=None, reference=None) -> list[dict]:
+    """Every config on every prompt, interleaved per prompt after one warm-up each; "ar" is the reference.
+    `reference`: the model of the `hf_generate` row (None: no such row)."""
     for cfg in configs.values():
         cfg.validate()
     ids = [engine.encode_prompt(p) for p in prompts]
     rows = {name: MethodRows(name, [], [], [], []) for name in configs}
     if prompt_lookup:
         rows["prompt_lookup"] = MethodRows("prompt_lookup", [], [], [], [])
-    if hf_generate:
+    if reference is not None:
         rows["hf_generate"] = MethodRows("hf_generate", [], [], [], [])
-        _record_generate(MethodRows("warm-up", [], [], [], []), engine, ids[0], configs["ar"], 0, 4)
+        _record_generate(MethodRows("warm-up", [], [], [], []), engine, ids[0], configs["ar"], 0, 4, reference)
     for cfg in configs.values():  # warm-up (allocators, kernels), excluded
         engine.generate(ids[0], dataclasses.replace(cfg, max_new_tokens=4))
     total = len(ids) * repeat
@@ -130,8 +133,8 @@ def _interleaved(engine: SpecEngine, prompts: list, configs: dict[str, Generatio
                 _record(rows[name], result)
             if prompt_lookup:
                 _record_generate(rows["prompt_lookup"], engine, p, configs["ar"], prompt_lookup)
-            if hf_generate:
-                _record_generate(rows["hf_generate"], engine, p, configs["ar"], 0)
+            if reference is not None:
+                _record_generate(rows["hf_generate"], engine, p, configs["ar"], 0, model=reference)
             done += 1
             if progress:
                 progress(done, total)
@@ -193,10 +196,10 @@ def _record(row: MethodRows, result) -> None:
 
 @torch.inference_mode()
 def _record_generate(row: MethodRows, engine: SpecEngine, prompt_ids: list[int], cfg: GenerationConfig,
-                     n_lookup: int, max_new_tokens: int | None = None) -> None:
-    """transformers' own greedy `generate()` on the same target, with prompt-lookup decoding of `n_lookup`
-    tokens (0: plain greedy decoding), as an outside reference."""
-    model = engine.model
+                     n_lookup: int, max_new_tokens: int | None = None, model=None) -> None:
+    """transformers' own greedy `generate()` on the same target (`model`, default the engine's), with
+    prompt-lookup decoding of `n_lookup` tokens (0: plain greedy decoding), as an outside reference."""
+    model = engine.model if model is None else model
     inp = torch.tensor([prompt_ids], device=engine.device)
     eos = sorted(engine.eos_token_ids) or None
     lookup = {"prompt_lookup_num_tokens": n_lookup} if n_lookup else {}
