@@ -44,6 +44,34 @@ def test_compacted_cache_equals_autoregressive_cache(tiny_pair):
     assert cache.get_seq_length() == n + 1
 
 
+@pytest.mark.parametrize("path", [[0], [0, 1], [0, 1, 3], [0, 2]])
+def test_a_path_given_on_the_host_compacts_alike(tiny_pair, monkeypatch, path):
+    """With the path's host indices, a path of the tree's first nodes (0, 1, 2, ...) keeps its entries where
+    they are without copying; any other path is copied as before. Either way the cache is the same."""
+    model, _ = tiny_pair
+    g = torch.Generator().manual_seed(7)
+    prompt = torch.randint(0, 32000, (1, 6), generator=g).to(DEVICE)
+    parents = torch.tensor([-1, 0, 1, 2, 0], device=DEVICE)
+    tokens = torch.randint(0, 32000, (5,), generator=g).to(DEVICE)
+    caches = []
+    for host in (None, path):
+        cache = new_cache()
+        target_forward(model, prompt, torch.arange(6, device=DEVICE)[None], cache)
+        target_forward(model, tokens[None], tree_position_ids(depths_from_parents(parents), 6), cache,
+                       tree_attention_mask(ancestor_mask(parents), 6))
+        copies = []
+        gather = torch.Tensor.index_select
+        monkeypatch.setattr(torch.Tensor, "index_select", lambda t, *a: (copies.append(1), gather(t, *a))[1])
+        compact_cache(cache, 6, torch.tensor(path, device=DEVICE), host)
+        monkeypatch.undo()
+        caches.append(cache)
+        assert cache.get_seq_length() == 6 + len(path)
+        in_place = host is not None and path == list(range(len(path)))
+        assert (len(copies) == 0) == in_place
+    for a, b in zip(caches[0].layers, caches[1].layers):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
 def test_buffered_cache_grows_crops_and_matches_the_stock_cache(tiny_pair, monkeypatch):
     """The engine's cache writes into a buffer (no copy of the whole cache per forward): past its first
     capacity it grows, a crop only shortens the view, and every forward reads what the stock

@@ -324,7 +324,7 @@ class SpecEngine:
                 state.budget.learn(tree, enabled, on_path)
         if len(tree) > 1:  # a lone root's entry is already where it belongs
             with timer.phase("kv_compact"):
-                compact_cache(state.cache, state.length, keep)
+                compact_cache(state.cache, state.length, keep, acc.path)
         with timer.phase("vocab_update"):
             added = vocab.commit(acc.proposal, acc.n_new)
         next_tokens = torch.cat([tree.tokens[keep[1:]], acc.bonus_dev])

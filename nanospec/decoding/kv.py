@@ -76,14 +76,19 @@ def new_cache() -> DynamicCache:
 
 
 @torch.inference_mode()
-def compact_cache(cache: DynamicCache, prefix_len: int, keep: torch.Tensor) -> None:
+def compact_cache(cache: DynamicCache, prefix_len: int, keep: torch.Tensor, path: list[int] | None = None) -> None:
     """Keep entries [0, prefix_len) plus `prefix_len + keep` (tree nodes on the accepted path).
 
     After a tree verification the cache holds prefix_len + T entries; the accepted path's
     nodes are copied in place to positions prefix_len .. prefix_len + len(keep) - 1 and the
-    cache is cropped there: the prefix is never copied.
+    cache is cropped there: the prefix is never copied. `path`: the same indices on the host, when
+    known; if they are 0, 1, 2, ... (the root alone, or a path of the tree's first nodes: about half
+    the steps) the entries are already in place and only the length changes.
     """
     end = prefix_len + int(keep.shape[0])
+    if path is not None and path == list(range(len(path))):
+        crop_cache(cache, end)
+        return
     for layer in _layers(cache):
         # keys/values: [B, H_kv, S, D]
         assert layer.keys.shape[-2] >= end, "cache shorter than the tree"
