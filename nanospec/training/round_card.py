@@ -80,12 +80,14 @@ def write_card(run: Path, cfg, state: dict, data) -> Path:
         f"steps, {card['train_hours']} h; init: {cfg.init_head or 'target-initialised'}; loss SmoothL1 + "
         f"{cfg.token_weight} x sampled-vocabulary CE + {cfg.distill_weight} x top-{cfg.distill_k} KL; "
         f"unroll {cfg.unroll}; lr {cfg.lr}; {cfg.batch_tokens} padded tokens per step.",
-        "- Held-out agreement (full vocabulary, first drafting step, answer positions): "
+        "- Agreement on the pool's held-out answers (the same kinds of request as the training data; full "
+        "vocabulary, first drafting step, answer positions): "
         + (f"top-1 {last['val_top1']:.3f}, top-3 {last['val_top3']:.3f} after epoch {last['epoch']} "
            f"({last['val_positions']} positions)." if last else "not measured yet (no epoch finished)."),
-        "- τ and speed-up under the draft budget: not measured by this command (a round ships only after "
-        "`python -m nanospec train-head --eval-only --out RUN/head` and `compare` beat the shipped head on the "
-        "held-out and an outside set).", "",
+        "- Agreement on an evaluation set's answers, τ and speed-up under the draft budget: not measured by "
+        "this command (a round ships only after `python -m nanospec train-head --eval-only --out RUN/head` and "
+        "`compare` beat the shipped head on the held-out and an outside set; a gain on the pool's answers "
+        "need not carry over: round 1's did not).", "",
         "| epoch | step | held-out top-1 | held-out top-3 |", "|---|---|---|---|",
         *[f"| {h['epoch']} | {h['step']} | {h['val_top1']:.3f} | {h['val_top3']:.3f} |" for h in state["history"]],
         "", f"Command: `{command_line(cfg)}` (reruns resume; epoch 0 = the initial head).", ""]
