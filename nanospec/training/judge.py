@@ -1,0 +1,153 @@
+"""Judging a training round's head against the shipped one, in one run: per prompt `ar`, then `nanospec` with
+each head (their order alternating from prompt to prompt), on the same target, with the engine's defaults
+(on a CPU: the draft budget and the copy chain on), greedy. Every output must equal `ar`'s.
+
+    python -m nanospec.training.judge --candidate train_runs/smollm2-135m/round-002/head \\
+        [--shipped assets/heads/smollm2-135m-eagle] [--sets heldout,assets/prompts/outside.jsonl] \\
+        [--max-new-tokens 128] [--out train_runs/smollm2-135m/round-002/JUDGED.md]
+
+A round ships only if its head is faster than the shipped one on every set (the median over prompts of
+tokens/s over `ar`'s on the same prompt, both heads measured against the same `ar` run); τ is reported
+beside it. Nothing is copied or shipped by this command: it prints (and with `--out` writes) the table
+and the verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from nanospec import metrics
+
+DEFAULT_SETS = "heldout,assets/prompts/outside.jsonl"
+
+
+@dataclass
+class HeadRun:
+    """One head on one prompt set: per prompt speed-up over `ar` and tokens per step."""
+
+    speedups: list[float] = field(default_factory=list)
+    emitted: list[int] = field(default_factory=list)   # tokens per target forward, every step pooled
+    identical: int = 0
+
+    @property
+    def speedup(self) -> float:
+        return statistics.median(self.speedups) if self.speedups else float("nan")
+
+    @property
+    def tau(self) -> float:
+        return metrics.tau(self.emitted)
+
+
+def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None) -> tuple[float, dict[str, HeadRun]]:
+    """`engines`: name -> SpecEngine (the same target, one head each; the first also runs `ar`). Returns
+    the median `ar` tokens/s and each head's run."""
+    ar_engine = next(iter(engines.values()))
+    runs = {name: HeadRun() for name in engines}
+    ar_tps = []
+    ids = [ar_engine.encode_prompt(p) for p in prompts]
+    for engine in engines.values():  # warm-up (allocators, kernels, each head's budget statistics start)
+        engine.generate(ids[0], method="nanospec", max_new_tokens=4)
+    for i, p in enumerate(ids):
+        ar = ar_engine.generate(p, method="ar", max_new_tokens=max_new_tokens)
+        ar_tps.append(ar.summary.tokens_per_s)
+        order = list(engines.items()) if i % 2 == 0 else list(engines.items())[::-1]
+        for name, engine in order:
+            result = engine.generate(p, method="nanospec", max_new_tokens=max_new_tokens)
+            run = runs[name]
+            run.speedups.append(metrics.speedup(result.summary.tokens_per_s, ar.summary.tokens_per_s))
+            run.emitted += [e.n_emitted for e in result.events if not e.is_prefill]
+            run.identical += result.token_ids == ar.token_ids
+        if progress:
+            progress(i + 1, len(ids))
+    return statistics.median(ar_tps), runs
+
+
+def verdict(results: dict[str, tuple[float, dict[str, HeadRun]]]) -> tuple[bool, str]:
+    """Ships only if the candidate is faster than the shipped head on every set, every output identical."""
+    faster = [runs["candidate"].speedup > runs["shipped"].speedup for _, runs in results.values()]
+    exact = all(r.identical == len(r.speedups) for _, runs in results.values() for r in runs.values())
+    if not exact:
+        return False, "not shipped: an output differs from ar (a bug to fix before any judgement)"
+    if all(faster):
+        return True, "ships: faster than the shipped head on every set"
+    slower = [name for name, ok in zip(results, faster) if not ok]
+    return False, f"not shipped: not faster than the shipped head on {', '.join(slower)}"
+
+
+def report(results: dict, heads: dict[str, str], command: str, machine: str, max_new_tokens: int) -> str:
+    lines = [f"Judged {time.strftime('%Y-%m-%d')} on {machine}, greedy, {max_new_tokens} new tokens, the engine's "
+             "defaults, one run, both heads against the same `ar` run per prompt:", "", "```bash", command, "```", "",
+             "| prompts | head | `ar` tok/s | speedup vs `ar` | τ | identical to `ar` |", "|---|---|---|---|---|---|"]
+    for name, (ar_tps, runs) in results.items():
+        for head, run in runs.items():
+            lines.append(f"| {name} ({len(run.speedups)}) | {head} (`{heads[head]}`) | {ar_tps:.2f} | "
+                         f"{run.speedup:.2f}× | {run.tau:.2f} | {run.identical}/{len(run.speedups)} |")
+    _, why = verdict(results)
+    return "\n".join(lines + ["", f"Verdict: **{why}**.", ""])
+
+
+def load_sets(spec: str) -> dict[str, list]:
+    """'heldout' (the project's split) or a JSONL path, comma-separated -> name -> prompts."""
+    from nanospec.data.prompts import load_prompts, prompt_input
+    sets = {}
+    for item in (s.strip() for s in spec.split(",") if s.strip()):
+        items = load_prompts(item) if item.endswith(".jsonl") else load_prompts(split=item)
+        if not items:
+            raise ValueError(f"--sets: {item!r} holds no prompts (a split of the project's set or a JSONL file)")
+        sets[Path(item).stem if item.endswith(".jsonl") else item] = [prompt_input(x) for x in items]
+    return sets
+
+
+def engines_for(shipped: str, candidate: str):
+    """The default target with the shipped head, and a second engine on the same target with the candidate."""
+    from nanospec.decoding.engine import SpecEngine
+    from nanospec.heads.head import load_head
+    from nanospec.pair import load_pair
+
+    engine, info = load_pair(head=shipped)
+    dtype = engine.model.get_input_embeddings().weight.dtype
+    head = load_head(candidate, target=engine.model, device=engine.device, dtype=dtype)
+    other = SpecEngine(engine.model, engine.tokenizer, head, frequent_ids=engine.frequent_ids,
+                       eos_token_ids=sorted(engine.eos_token_ids))
+    return {"shipped": engine, "candidate": other}, info
+
+
+def main(argv: list[str] | None = None) -> int:
+    from nanospec.lesson.record import machine_label
+
+    ap = argparse.ArgumentParser(prog="python -m nanospec.training.judge", description=__doc__.splitlines()[0])
+    ap.add_argument("--candidate", required=True, help="the round's head folder (EAGLE-1/2 layout)")
+    ap.add_argument("--shipped", default="assets/heads/smollm2-135m-eagle", help="the head it must beat")
+    ap.add_argument("--sets", default=DEFAULT_SETS, help="prompt sets: a split name or a JSONL file, comma-separated")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--out", default=None, help="also write the table and verdict to this Markdown file")
+    a = ap.parse_args(argv)
+    for flag, folder in (("--candidate", a.candidate), ("--shipped", a.shipped)):
+        if not (Path(folder) / "config.json").exists():
+            raise SystemExit(f"{flag}: {folder} is not a head folder (no config.json)")
+    sets = load_sets(a.sets)
+    engines, _ = engines_for(a.shipped, a.candidate)
+    results = {}
+    for name, prompts in sets.items():
+        print(f"{name}: {len(prompts)} prompts", file=sys.stderr)
+        results[name] = judge_set(engines, prompts, a.max_new_tokens,
+                                  lambda i, n: print(f"  prompt {i}/{n}", file=sys.stderr))
+    label = machine_label()
+    command = "python -m nanospec.training.judge " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = report(results, {"shipped": a.shipped, "candidate": a.candidate}, command,
+                  f"{label['cpu']} ({label['cpu_count']} cores, {label['torch_threads']} threads)", a.max_new_tokens)
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

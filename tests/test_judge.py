@@ -1,0 +1,55 @@
+"""Judging a round's head against the shipped one (`training/judge.py`) on the tiny random pair: the shape of
+the run and the verdict's rule; no figure is timed here."""
+
+from __future__ import annotations
+
+import pytest
+
+from nanospec.bench.random_pair import random_head
+from nanospec.decoding.engine import SpecEngine
+from nanospec.training.judge import HeadRun, judge_set, load_sets, report, verdict
+
+
+def test_both_heads_run_every_prompt_against_the_same_ar(engine, tiny_pair, frequent_ids, prompts):
+    target, _ = tiny_pair
+    other = SpecEngine(target, None, random_head(target.config, seed=2).to(engine.device),
+                       frequent_ids=frequent_ids, eos_token_ids=[])
+    ar_tps, runs = judge_set({"shipped": engine, "candidate": other}, prompts[:3], 8)
+    assert set(runs) == {"shipped", "candidate"} and ar_tps > 0
+    for run in runs.values():
+        assert len(run.speedups) == 3 and run.identical == 3   # every output equals ar's
+        assert all(s > 0 for s in run.speedups) and 1.0 <= run.tau <= 9.0
+
+
+def _run(speedups, identical=None):
+    return HeadRun(speedups=list(speedups), emitted=[2, 3], identical=len(speedups) if identical is None else identical)
+
+
+def test_a_round_ships_only_when_faster_on_every_set():
+    both = {"heldout": (20.0, {"shipped": _run([1.5, 1.7]), "candidate": _run([1.6, 1.8])}),
+            "outside": (21.0, {"shipped": _run([1.8]), "candidate": _run([1.9])})}
+    assert verdict(both)[0] is True
+    one = {**both, "outside": (21.0, {"shipped": _run([1.9]), "candidate": _run([1.8])})}
+    ships, why = verdict(one)
+    assert ships is False and "outside" in why and "heldout" not in why
+    tie = {"heldout": (20.0, {"shipped": _run([1.6]), "candidate": _run([1.6])})}
+    assert verdict(tie)[0] is False  # not faster: the shipped head stays
+    wrong = {"heldout": (20.0, {"shipped": _run([1.5]), "candidate": _run([2.0], identical=0)})}
+    ships, why = verdict(wrong)
+    assert ships is False and "differs" in why
+
+
+def test_the_report_names_each_head_and_the_verdict():
+    results = {"heldout": (20.0, {"shipped": _run([1.5, 1.7]), "candidate": _run([1.6, 1.8])})}
+    text = report(results, {"shipped": "S", "candidate": "C"}, "python -m nanospec.training.judge --candidate C",
+                  "a CPU", 128)
+    assert "| heldout (2) | candidate (`C`) | 20.00 | 1.70× | 2.50 | 2/2 |" in text
+    assert "| heldout (2) | shipped (`S`) | 20.00 | 1.60× | 2.50 | 2/2 |" in text
+    assert "Verdict: **ships" in text and "--candidate C" in text
+
+
+def test_a_bad_or_empty_prompt_set_is_an_error_that_says_what_is_allowed():
+    with pytest.raises(ValueError, match="split must be one of"):
+        load_sets("no-such-split")
+    with pytest.raises(ValueError, match="'outside' holds no prompts"):
+        load_sets("heldout,outside")   # a split the project's prompt file has no prompts in
