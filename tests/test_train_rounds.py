@@ -180,7 +180,7 @@ def answer_folder(tmp_path_factory, tiny_target):
 
 def round_config(run: Path, data: Path, **kw) -> RoundConfig:
     base = dict(run_dir=str(run), data=str(data), epochs=2, batch_tokens=1024, distill_k=4, frequent=64,
-                unroll=2, max_val=8, checkpoint_minutes=0.0)
+                unroll=2, max_val=8, checkpoint_minutes=0.0, teacher_cache=str(run.parent / "teacher"))
     return RoundConfig(**{**base, **kw})
 
 
@@ -241,3 +241,22 @@ def test_sigterm_writes_the_pending_answers_then_stops(tmp_path, tiny_target):
                            "tiny", log=log, stop=stop, pools=tiny_pools())
     assert m["cursor"] == 8 and len(m["chunks"]) == 1 and m["runs"][-1]["stopped_by"] == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) != stop._handle   # the handler is restored
+
+
+def test_later_epochs_and_rounds_read_the_target_view_from_the_teacher_cache(tmp_path, tiny_target, answer_folder,
+                                                                            monkeypatch):
+    from nanospec.training import teacher_cache
+
+    calls = []
+    real = teacher_cache.teacher_forward
+    monkeypatch.setattr(teacher_cache, "teacher_forward", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
+    tok_hash = tokenizer_fingerprint(CharTokenizer())
+    state = run_round(round_config(tmp_path / "a", answer_folder), tiny_target, tok_hash, log=lambda s: None)
+    per_epoch = state["total_steps"] // 2
+    assert state["done"] and 0 < len(calls) <= per_epoch     # the first epoch's batches only
+    calls.clear()
+    run_round(round_config(tmp_path / "b", answer_folder, epochs=1), tiny_target, tok_hash, log=lambda s: None)
+    assert calls == []                                        # another round over the same chunks: no forward
+    run_round(round_config(tmp_path / "c", answer_folder, epochs=1, teacher_cache=""), tiny_target, tok_hash,
+              log=lambda s: None)
+    assert len(calls) > 0                                     # cache off: every batch runs the target

@@ -1,15 +1,15 @@
 """A training round's data: the answer chunks as sequences, a fixed validation split, batches, and the
-target's features and top-k distribution recomputed per batch by one teacher-forced forward.
+target's features and top-k distribution from one teacher-forced forward.
 
-Features are not stored (4.6 KB per token for SmolLM2-135M; the chunks hold 2 bytes per token), so
-each batch pays one target forward over its padded tokens, which costs about as much as a
-generation step per token but runs batched.
+Features are not committed (4.6 KB per token for SmolLM2-135M in fp32; the chunks hold 2 bytes per
+token): a batch pays one target forward over its padded tokens, unless `teacher_cache.py` kept an
+answer's from an earlier epoch or round on the local disk.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,8 @@ class TokenSequence:
     answer_start: int
     pool_index: int
     sampled: bool
+    chunk: str = ""             # where it was read: the chunk's file name and its row there (teacher_cache.py)
+    row: int = -1
 
 
 @dataclass
@@ -35,6 +37,7 @@ class RoundData:
     train: list[TokenSequence]
     val: list[TokenSequence]
     chunks: list[dict]          # [{"folder", "file", "answers"}] in the order read
+    arrays: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # chunk -> (tokens, offsets)
 
 
 def is_validation(pool_index: int) -> bool:
@@ -47,15 +50,16 @@ def load_round_data(folders: list[Path], tokenizer_hash: str | None, only: list[
     them; any now missing is warned about). Validation = greedy answers of held-out pool indices (their
     sampled answers are left out of training too), at most `max_val`."""
     wanted = {(c["folder"], c["file"]) for c in only} if only is not None else None
-    train, val, used = [], [], []
+    train, val, used, arrays = [], [], [], {}
     for folder in folders:
         for chunk in iter_chunks(Path(folder), tokenizer_hash, warn):
             if wanted is not None and (str(folder), chunk.name) not in wanted:
                 continue
             used.append({"folder": str(folder), "file": chunk.name, "answers": len(chunk)})
+            arrays[chunk.name] = (chunk.tokens, chunk.offsets)
             for i in range(len(chunk)):
                 seq = TokenSequence(torch.from_numpy(chunk.sequence(i).astype(np.int64)), int(chunk.answer_start[i]),
-                                    int(chunk.pool_index[i]), bool(chunk.sampled[i]))
+                                    int(chunk.pool_index[i]), bool(chunk.sampled[i]), chunk.name, i)
                 if not is_validation(seq.pool_index):
                     train.append(seq)
                 elif not seq.sampled and len(val) < max_val:
@@ -63,7 +67,7 @@ def load_round_data(folders: list[Path], tokenizer_hash: str | None, only: list[
     if wanted is not None:
         for folder, name in sorted(wanted - {(c["folder"], c["file"]) for c in used}):
             warn(f"warning: the round's chunk {Path(folder) / name} is no longer usable; continuing without it")
-    return RoundData(train, val, used)
+    return RoundData(train, val, used, arrays)
 
 
 def plan_epoch(lengths: list[int], batch_tokens: int, seed: int, epoch: int) -> list[list[int]]:

@@ -29,11 +29,10 @@ import torch
 import torch.nn.functional as F
 
 from nanospec.training.background import Deadline, StopFlag, config_from_args, lower_priority, parser_from_dataclass
-from nanospec.training.round_data import (RoundData, TeacherBatch, load_round_data, pad_batch, plan_epoch,
-                                          teacher_forward)
+from nanospec.training.round_data import RoundData, TeacherBatch, load_round_data, pad_batch, plan_epoch
 
 CHECKPOINT = "checkpoint.pt"
-RUNTIME_FIELDS = ("minutes", "checkpoint_minutes", "threads", "max_steps")   # may change when resuming
+RUNTIME_FIELDS = ("minutes", "checkpoint_minutes", "threads", "max_steps", "teacher_cache")   # may change when resuming
 
 
 @dataclass
@@ -59,6 +58,9 @@ class RoundConfig:
     checkpoint_minutes: float = field(default=5.0, metadata={"help": "checkpoint at least this often"})
     threads: int = field(default=2, metadata={"help": "torch CPU threads"})
     seed: int = field(default=0, metadata={"help": "data order, noise and init seed"})
+    teacher_cache: str = field(default="auto", metadata={
+        "help": "folder that keeps the target's features of each answer after its first forward, so later "
+                "epochs and rounds skip it (~1.2 KB per token; 'auto' = the model cache's teacher/, '' = off)"})
 
     def __post_init__(self):
         if self.epochs < 1 or self.batch_tokens < 16 or self.distill_k < 1 or self.unroll < 1 or self.threads < 1:
@@ -186,10 +188,29 @@ def start_or_resume(cfg: RoundConfig, target, tokenizer_hash: str, log) -> tuple
     return head, opt, sched, state, data
 
 
-def train_step(cfg: RoundConfig, target, head, opt, sched, state: dict, seqs: list, frequent: torch.Tensor) -> dict:
-    """One optimizer step on one batch: pad, the target's teacher-forced view, the loss, AdamW."""
+def open_teacher_cache(cfg: RoundConfig, target, data: RoundData):
+    """The round's `TeacherCache` with every chunk of its data attached; None when `teacher_cache` is ''."""
+    if not cfg.teacher_cache:
+        return None
+    from nanospec.loaders.default_model import cache_root
+    from nanospec.training.answer_chunks import target_fingerprint
+    from nanospec.training.teacher_cache import TeacherCache
+
+    root = cache_root() / "teacher" if cfg.teacher_cache == "auto" else Path(cfg.teacher_cache)
+    cache = TeacherCache(root, target_fingerprint(target), target.config.hidden_size, cfg.distill_k)
+    for name, (tokens, offsets) in data.arrays.items():
+        cache.attach(name, tokens, offsets)
+    return cache
+
+
+def train_step(cfg: RoundConfig, target, head, opt, sched, state: dict, seqs: list, frequent: torch.Tensor,
+               cache=None) -> dict:
+    """One optimizer step on one batch: pad, the target's teacher-forced view (read back from `cache` where
+    it holds an answer's), the loss, AdamW."""
+    from nanospec.training.teacher_cache import cached_teacher
+
     ids, attention, mask = pad_batch(seqs, cfg.prompt_loss)
-    teacher = teacher_forward(target, ids, attention, cfg.distill_k)
+    teacher = cached_teacher(target, seqs, ids, attention, cfg.distill_k, cache)
     if state["noise_scale"] is None:      # fixed at the round's first batch, kept in the checkpoint
         state["noise_scale"] = cfg.noise * float(teacher.feats[attention.bool()].std())
     loss, stats = round_loss(head, target.get_input_embeddings(), target.get_output_embeddings().weight.detach(),
@@ -210,6 +231,7 @@ def train_steps(cfg: RoundConfig, target, head, opt, sched, state: dict, data: R
 
     run = Path(cfg.run_dir)
     lengths = [len(s.ids) for s in data.train]
+    cache = open_teacher_cache(cfg, target, data)
     if not state["history"] and state["step"] == 0:   # the initial head, to judge the round against
         top1, top3, n = agreement(head, target, data.val)
         state["history"].append({"epoch": 0, "step": 0, "val_top1": top1, "val_top3": top3, "val_positions": n})
@@ -223,7 +245,7 @@ def train_steps(cfg: RoundConfig, target, head, opt, sched, state: dict, data: R
                 save_checkpoint(run, head, opt, sched, state)
                 return
             stats = train_step(cfg, target, head, opt, sched, state, [data.train[j] for j in plan[state["batch"]]],
-                               frequent)
+                               frequent, cache)
             state["batch"], state["step"], steps_run = state["batch"] + 1, state["step"] + 1, steps_run + 1
             if state["step"] % 10 == 0 or steps_run == 1:
                 log(f"step {state['step']}/{state['total_steps']} epoch {state['epoch'] + 1}: "
