@@ -71,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         result = engine.generate(messages, method=method, max_new_tokens=a.max_new_tokens)
         wall, phases = phase_medians(result)
         shown = ", ".join(f"{k} {v:.1f}" for k, v in phases.items() if v >= 0.05)
-        print(f"  {method:>9}: {wall:6.1f} ms/step (median), tau {result.summary.tau:.2f}; phases (ms): {shown}")
+        outside = statistics.median(e.wall_ms - e.phases.get("verify_forward", 0.0)
+                                    for e in result.events if not e.is_prefill)
+        print(f"  {method:>9}: {wall:6.1f} ms/step (median), tau {result.summary.tau:.2f}, "
+              f"{outside:.1f} ms outside the verification forward; phases (ms): {shown}")
     return 0
 
 
