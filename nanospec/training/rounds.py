@@ -4,8 +4,9 @@
     (the same command again resumes from RUN/checkpoint.pt; a finished round only rewrites its card)
 
 A round fixes its data when it starts (the chunks are recorded in the checkpoint; chunks written later
-belong to the next round). Each step pads a batch of token sequences, recomputes the target's features
-and top-k distribution with one teacher-forced forward (:mod:`.round_data`), and trains the head on
+belong to the next round). Each step pads a batch of token sequences, takes the target's features and
+top-k distribution from one teacher-forced forward (:mod:`.round_data`; answers seen in an earlier epoch
+or round are read back from the local teacher cache instead, :mod:`.teacher_cache`), and trains the head on
 SmoothL1(feature) + ``token_weight`` x CE over a sampled vocabulary (the batch's tokens, the frequent core
 and the target's top-k) + ``distill_weight`` x KL(target top-k || head on those ids). Every
 ``checkpoint_minutes`` (and on SIGTERM/Ctrl-C or at the end of ``minutes``) the head, optimizer,
