@@ -94,3 +94,31 @@ def test_without_a_cache_the_batch_is_the_plain_forward(target):
     ids, attention, _ = pad_batch(seqs, True)
     a, b = cached_teacher(target, seqs, ids, attention, K, None), teacher_forward(target, ids, attention, K)
     assert torch.equal(a.feats, b.feats) and torch.equal(a.topk_ids, b.topk_ids)
+
+
+def test_two_folders_with_the_same_chunk_name_keep_their_own_answers(tmp_path, target):
+    """`data` may name two answer folders, each with an answers-00000.npz: each answer reads its own rows."""
+    from nanospec.training.answer_chunks import AnswerRecord, write_chunk, write_manifest
+    from nanospec.training.round_data import load_round_data
+
+    folders = []
+    for n, folder in enumerate((tmp_path / "a", tmp_path / "b")):
+        folder.mkdir()
+        g = np.random.default_rng(n)
+        records = [AnswerRecord(ids=g.integers(3, 500, 9 + 2 * n).tolist(), answer_start=4, pool_index=i,
+                                sampled=False, finished=True, source=0) for i in range(3)]
+        write_manifest(folder, {"format": 1, "chunks": [write_chunk(folder, "answers-00000.npz", records, "t")]})
+        folders.append(folder)
+    data = load_round_data(folders, "t", warn=pytest.fail)
+    assert len(data.arrays) == 2 and len({s.chunk for s in data.train}) == 2
+    cache = TeacherCache(tmp_path / "cache", "tiny", 64, K)
+    for name, (tokens, offsets) in data.arrays.items():
+        cache.attach(name, tokens, offsets)
+    seqs = data.train
+    ids, attention, _ = pad_batch(seqs, True)
+    cached_teacher(target, seqs, ids, attention, K, cache)
+    again = cached_teacher(target, seqs, ids, attention, K, cache)
+    plain = teacher_forward(target, ids, attention, K)
+    for i, s in enumerate(seqs):
+        n = len(s.ids)
+        assert torch.allclose(again.feats[i, :n], plain.feats[i, :n], rtol=2e-3, atol=2e-3)

@@ -28,7 +28,7 @@ class TokenSequence:
     answer_start: int
     pool_index: int
     sampled: bool
-    chunk: str = ""             # where it was read: the chunk's file name and its row there (teacher_cache.py)
+    chunk: str = ""             # where it was read: the chunk's path and its row there (teacher_cache.py)
     row: int = -1
 
 
@@ -37,7 +37,7 @@ class RoundData:
     train: list[TokenSequence]
     val: list[TokenSequence]
     chunks: list[dict]          # [{"folder", "file", "answers"}] in the order read
-    arrays: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # chunk -> (tokens, offsets)
+    arrays: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # chunk path -> (tokens, offsets)
 
 
 def is_validation(pool_index: int) -> bool:
@@ -56,10 +56,11 @@ def load_round_data(folders: list[Path], tokenizer_hash: str | None, only: list[
             if wanted is not None and (str(folder), chunk.name) not in wanted:
                 continue
             used.append({"folder": str(folder), "file": chunk.name, "answers": len(chunk)})
-            arrays[chunk.name] = (chunk.tokens, chunk.offsets)
+            where = str(Path(folder) / chunk.name)   # two folders may each hold an answers-00000.npz
+            arrays[where] = (chunk.tokens, chunk.offsets)
             for i in range(len(chunk)):
                 seq = TokenSequence(torch.from_numpy(chunk.sequence(i).astype(np.int64)), int(chunk.answer_start[i]),
-                                    int(chunk.pool_index[i]), bool(chunk.sampled[i]), chunk.name, i)
+                                    int(chunk.pool_index[i]), bool(chunk.sampled[i]), where, i)
                 if not is_validation(seq.pool_index):
                     train.append(seq)
                 elif not seq.sampled and len(val) < max_val:

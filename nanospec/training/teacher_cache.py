@@ -65,7 +65,8 @@ class TeacherCache:
         self._stores: dict[str, _ChunkStore] = {}
 
     def attach(self, name: str, tokens: np.ndarray, offsets: np.ndarray) -> None:
-        """Make chunk `name`'s answers cacheable (its folder is found again by the chunk's content)."""
+        """Make the answers of chunk `name` (its path, as `TokenSequence.chunk` holds it) cacheable; its folder
+        is named by the file's stem and the chunk's content, so it is found again from any checkout."""
         stem = Path(name).stem
         self._stores[name] = _ChunkStore(self.folder / f"{stem}-{chunk_fingerprint(tokens, offsets)}-k{self.k}",
                                          offsets, self.hidden, self.k)
