@@ -53,3 +53,25 @@ def test_a_bad_or_empty_prompt_set_is_an_error_that_says_what_is_allowed():
         load_sets("no-such-split")
     with pytest.raises(ValueError, match="'outside' holds no prompts"):
         load_sets("heldout,outside")   # a split the project's prompt file has no prompts in
+
+
+def test_budget_off_judges_both_heads_on_the_fixed_tree(engine, tiny_pair, frequent_ids, prompts, monkeypatch):
+    target, _ = tiny_pair
+    other = SpecEngine(target, None, random_head(target.config, seed=2).to(engine.device),
+                       frequent_ids=frequent_ids, eos_token_ids=[])
+    seen = []
+    for e in (engine, other):
+        original = e.generate
+
+        def recording(prompt, config=None, _original=original, **options):
+            result = _original(prompt, config, **options)
+            if options.get("method") == "nanospec":
+                seen.append((options.get("budget"), [ev.expected_tokens for ev in result.events if not ev.is_prefill]))
+            return result
+        monkeypatch.setattr(e, "generate", recording)
+    _, runs = judge_set({"shipped": engine, "candidate": other}, prompts[:2], 8, budget=False)
+    assert all(r.identical == 2 for r in runs.values())
+    assert len(seen) == 2 + 4 and all(budget is False for budget, _ in seen)   # warm-ups + 2 prompts x 2 heads
+    assert all(x is None for _, expected in seen for x in expected)  # no step was priced by the budget
+    text = report({"heldout": (20.0, runs)}, {"shipped": "S", "candidate": "C"}, "cmd", "a CPU", 8, budget=False)
+    assert "fixed tree (draft budget off)" in text

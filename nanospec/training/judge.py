@@ -4,11 +4,13 @@ each head (their order alternating from prompt to prompt), on the same target, w
 
     python -m nanospec.training.judge --candidate train_runs/smollm2-135m/round-002/head \\
         [--shipped assets/heads/smollm2-135m-eagle] [--sets heldout,assets/prompts/outside.jsonl] \\
-        [--max-new-tokens 128] [--out train_runs/smollm2-135m/round-002/JUDGED.md]
+        [--max-new-tokens 128] [--budget on|off] [--out train_runs/smollm2-135m/round-002/JUDGED.md]
 
 A round ships only if its head is faster than the shipped one on every set (the median over prompts of
 tokens/s over `ar`'s on the same prompt, both heads measured against the same `ar` run); τ is reported
-beside it. Nothing is copied or shipped by this command: it prints (and with `--out` writes) the table
+beside it. `--budget off` judges both heads on the device's fixed default tree instead (the draft budget
+off, everything else the defaults): τ there is the head's own acceptance, not the budget's choice of tree.
+Nothing is copied or shipped by this command: it prints (and with `--out` writes) the table
 and the verdict.
 """
 
@@ -45,21 +47,22 @@ class HeadRun:
         return metrics.tau(self.emitted)
 
 
-def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None) -> tuple[float, dict[str, HeadRun]]:
+def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None,
+              budget: bool = True) -> tuple[float, dict[str, HeadRun]]:
     """`engines`: name -> SpecEngine (the same target, one head each; the first also runs `ar`). Returns
-    the median `ar` tokens/s and each head's run."""
+    the median `ar` tokens/s and each head's run; `budget=False` drafts the fixed default tree."""
     ar_engine = next(iter(engines.values()))
     runs = {name: HeadRun() for name in engines}
     ar_tps = []
     ids = [ar_engine.encode_prompt(p) for p in prompts]
     for engine in engines.values():  # warm-up (allocators, kernels, each head's budget statistics start)
-        engine.generate(ids[0], method="nanospec", max_new_tokens=4)
+        engine.generate(ids[0], method="nanospec", max_new_tokens=4, budget=budget)
     for i, p in enumerate(ids):
         ar = ar_engine.generate(p, method="ar", max_new_tokens=max_new_tokens)
         ar_tps.append(ar.summary.tokens_per_s)
         order = list(engines.items()) if i % 2 == 0 else list(engines.items())[::-1]
         for name, engine in order:
-            result = engine.generate(p, method="nanospec", max_new_tokens=max_new_tokens)
+            result = engine.generate(p, method="nanospec", max_new_tokens=max_new_tokens, budget=budget)
             run = runs[name]
             run.speedups.append(metrics.speedup(result.summary.tokens_per_s, ar.summary.tokens_per_s))
             run.emitted += [e.n_emitted for e in result.events if not e.is_prefill]
@@ -81,9 +84,11 @@ def verdict(results: dict[str, tuple[float, dict[str, HeadRun]]]) -> tuple[bool,
     return False, f"not shipped: not faster than the shipped head on {', '.join(slower)}"
 
 
-def report(results: dict, heads: dict[str, str], command: str, machine: str, max_new_tokens: int) -> str:
+def report(results: dict, heads: dict[str, str], command: str, machine: str, max_new_tokens: int,
+           budget: bool = True) -> str:
+    setting = "defaults" if budget else "defaults but a fixed tree (draft budget off)"
     lines = [f"Judged {time.strftime('%Y-%m-%d')} on {machine}, greedy, {max_new_tokens} new tokens, the engine's "
-             "defaults, one run, both heads against the same `ar` run per prompt:", "", "```bash", command, "```", "",
+             f"{setting}, one run, both heads against the same `ar` run per prompt:", "", "```bash", command, "```", "",
              "| prompts | head | `ar` tok/s | speedup vs `ar` | τ | identical to `ar` |", "|---|---|---|---|---|---|"]
     for name, (ar_tps, runs) in results.items():
         for head, run in runs.items():
@@ -127,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shipped", default="assets/heads/smollm2-135m-eagle", help="the head it must beat")
     ap.add_argument("--sets", default=DEFAULT_SETS, help="prompt sets: a split name or a JSONL file, comma-separated")
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--budget", choices=("on", "off"), default="on",
+                    help="off: both heads on the fixed default tree (τ = the head's own acceptance)")
     ap.add_argument("--out", default=None, help="also write the table and verdict to this Markdown file")
     a = ap.parse_args(argv)
     for flag, folder in (("--candidate", a.candidate), ("--shipped", a.shipped)):
@@ -138,11 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, prompts in sets.items():
         print(f"{name}: {len(prompts)} prompts", file=sys.stderr)
         results[name] = judge_set(engines, prompts, a.max_new_tokens,
-                                  lambda i, n: print(f"  prompt {i}/{n}", file=sys.stderr))
+                                  lambda i, n: print(f"  prompt {i}/{n}", file=sys.stderr), budget=a.budget == "on")
     label = machine_label()
     command = "python -m nanospec.training.judge " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(results, {"shipped": a.shipped, "candidate": a.candidate}, command,
-                  f"{label['cpu']} ({label['cpu_count']} cores, {label['torch_threads']} threads)", a.max_new_tokens)
+                  f"{label['cpu']} ({label['cpu_count']} cores, {label['torch_threads']} threads)", a.max_new_tokens,
+                  budget=a.budget == "on")
     print(text)
     if a.out:
         Path(a.out).write_text(text)
