@@ -84,10 +84,10 @@ def write_card(run: Path, cfg, state: dict, data) -> Path:
         "vocabulary, first drafting step, answer positions): "
         + (f"top-1 {last['val_top1']:.3f}, top-3 {last['val_top3']:.3f} after epoch {last['epoch']} "
            f"({last['val_positions']} positions)." if last else "not measured yet (no epoch finished)."),
-        "- Agreement on an evaluation set's answers, τ and speed-up under the draft budget: not measured by "
-        "this command (a round ships only after `python -m nanospec train-head --eval-only --out RUN/head` and "
-        "`compare` beat the shipped head on the held-out and an outside set; a gain on the pool's answers "
-        "need not carry over: round 1's did not).", "",
+        f"- τ and speed-up under the draft budget, on the held-out and an outside set: not measured by this "
+        f"command but by `python -m nanospec.training.judge --candidate {run}/head --out {run}/JUDGED.md` (both "
+        "heads beside the same `ar` run; a round ships only if faster than the shipped head on both). A gain on "
+        "the pool's answers need not carry over: round 1's did not.", "",
         "| epoch | step | held-out top-1 | held-out top-3 |", "|---|---|---|---|",
         *[f"| {h['epoch']} | {h['step']} | {h['val_top1']:.3f} | {h['val_top3']:.3f} |" for h in state["history"]],
         "", f"Command: `{command_line(cfg)}` (reruns resume; epoch 0 = the initial head).", ""]
