@@ -14,11 +14,15 @@ def test_both_heads_run_every_prompt_against_the_same_ar(engine, tiny_pair, freq
     target, _ = tiny_pair
     other = SpecEngine(target, None, random_head(target.config, seed=2).to(engine.device),
                        frequent_ids=frequent_ids, eos_token_ids=[])
-    ar_tps, runs = judge_set({"shipped": engine, "candidate": other}, prompts[:3], 8)
+    ar_tps, runs = judge_set({"shipped": engine, "candidate": other}, prompts[:3], 8, categories=["a", "b", "a"])
     assert set(runs) == {"shipped", "candidate"} and ar_tps > 0
     for run in runs.values():
         assert len(run.speedups) == 3 and run.identical == 3   # every output equals ar's
         assert all(s > 0 for s in run.speedups) and 1.0 <= run.tau <= 9.0
+        # each category pools its own prompts' steps, and together they are every step
+        assert set(run.by_category) == {"a", "b"}
+        assert sorted(run.by_category["a"] + run.by_category["b"]) == sorted(run.emitted)
+        assert sum(run.by_category["b"]) == 8 - 1   # the "b" prompt's 8 tokens, less the prefill's one
 
 
 def _run(speedups, identical=None):
@@ -46,6 +50,20 @@ def test_the_report_names_each_head_and_the_verdict():
     assert "| heldout (2) | candidate (`C`) | 20.00 | 1.70× | 2.50 | 2/2 |" in text
     assert "| heldout (2) | shipped (`S`) | 20.00 | 1.60× | 2.50 | 2/2 |" in text
     assert "Verdict: **ships" in text and "--candidate C" in text
+    assert "τ by category" not in text   # no categories given: no table
+
+
+def test_the_report_gives_each_category_tau_for_both_heads():
+    shipped, candidate = _run([1.5]), _run([1.6])
+    shipped.by_category, candidate.by_category = {"code": [3, 3], "math": [1, 2]}, {"code": [4, 4], "math": [2, 2]}
+    text = report({"heldout": (20.0, {"shipped": shipped, "candidate": candidate})},
+                  {"shipped": "S", "candidate": "C"}, "cmd", "a CPU", 8)
+    assert "| heldout | code | 3.00 | 4.00 |" in text and "| heldout | math | 1.50 | 2.00 |" in text
+
+
+def test_the_project_sets_come_with_their_categories():
+    sets = load_sets("heldout")
+    assert len(sets["heldout"]) == 14 and all(item["category"] for item in sets["heldout"])
 
 
 def test_a_bad_or_empty_prompt_set_is_an_error_that_says_what_is_allowed():

@@ -37,6 +37,7 @@ class HeadRun:
     speedups: list[float] = field(default_factory=list)
     emitted: list[int] = field(default_factory=list)   # tokens per target forward, every step pooled
     identical: int = 0
+    by_category: dict[str, list[int]] = field(default_factory=dict)  # the same, per prompt category
 
     @property
     def speedup(self) -> float:
@@ -46,11 +47,15 @@ class HeadRun:
     def tau(self) -> float:
         return metrics.tau(self.emitted)
 
+    def category_tau(self, category: str) -> float:
+        return metrics.tau(self.by_category.get(category, []))
+
 
 def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None,
-              budget: bool = True) -> tuple[float, dict[str, HeadRun]]:
+              budget: bool = True, categories: list[str] | None = None) -> tuple[float, dict[str, HeadRun]]:
     """`engines`: name -> SpecEngine (the same target, one head each; the first also runs `ar`). Returns
-    the median `ar` tokens/s and each head's run; `budget=False` drafts the fixed default tree."""
+    the median `ar` tokens/s and each head's run; `budget=False` drafts the fixed default tree.
+    `categories` (one per prompt) also pools each head's steps by category."""
     ar_engine = next(iter(engines.values()))
     runs = {name: HeadRun() for name in engines}
     ar_tps = []
@@ -65,7 +70,10 @@ def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None,
             result = engine.generate(p, method="nanospec", max_new_tokens=max_new_tokens, budget=budget)
             run = runs[name]
             run.speedups.append(metrics.speedup(result.summary.tokens_per_s, ar.summary.tokens_per_s))
-            run.emitted += [e.n_emitted for e in result.events if not e.is_prefill]
+            emitted = [e.n_emitted for e in result.events if not e.is_prefill]
+            run.emitted += emitted
+            if categories is not None:
+                run.by_category.setdefault(categories[i], []).extend(emitted)
             run.identical += result.token_ids == ar.token_ids
         if progress:
             progress(i + 1, len(ids))
@@ -95,18 +103,33 @@ def report(results: dict, heads: dict[str, str], command: str, machine: str, max
             lines.append(f"| {name} ({len(run.speedups)}) | {head} (`{heads[head]}`) | {ar_tps:.2f} | "
                          f"{run.speedup:.2f}× | {run.tau:.2f} | {run.identical}/{len(run.speedups)} |")
     _, why = verdict(results)
-    return "\n".join(lines + ["", f"Verdict: **{why}**.", ""])
+    return "\n".join(lines + category_lines(results) + ["", f"Verdict: **{why}**.", ""])
 
 
-def load_sets(spec: str) -> dict[str, list]:
-    """'heldout' (the project's split) or a JSONL path, comma-separated -> name -> prompts."""
-    from nanospec.data.prompts import load_prompts, prompt_input
+def category_lines(results: dict) -> list[str]:
+    """τ by prompt category for each head (steps pooled over the category's prompts), where known."""
+    rows = []
+    for name, (_, runs) in results.items():
+        shipped, candidate = runs["shipped"], runs["candidate"]
+        for category in sorted(shipped.by_category):
+            rows.append(f"| {name} | {category} | {shipped.category_tau(category):.2f} | "
+                        f"{candidate.category_tau(category):.2f} |")
+    if not rows:
+        return []
+    return ["", "τ by category (each head's steps pooled over the category's prompts):", "",
+            "| prompts | category | shipped τ | candidate τ |", "|---|---|---|---|", *rows]
+
+
+def load_sets(spec: str) -> dict[str, list[dict]]:
+    """'heldout' (the project's split) or a JSONL path, comma-separated -> name -> prompt items (each with
+    its `category`, '-' where the file gives none); `prompt_input(item)` is what the engine reads."""
+    from nanospec.data.prompts import load_prompts
     sets = {}
     for item in (s.strip() for s in spec.split(",") if s.strip()):
         items = load_prompts(item) if item.endswith(".jsonl") else load_prompts(split=item)
         if not items:
             raise ValueError(f"--sets: {item!r} holds no prompts (a split of the project's set or a JSONL file)")
-        sets[Path(item).stem if item.endswith(".jsonl") else item] = [prompt_input(x) for x in items]
+        sets[Path(item).stem if item.endswith(".jsonl") else item] = items
     return sets
 
 
@@ -125,6 +148,7 @@ def engines_for(shipped: str, candidate: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from nanospec.data.prompts import prompt_input
     from nanospec.lesson.record import machine_label
 
     ap = argparse.ArgumentParser(prog="python -m nanospec.training.judge", description=__doc__.splitlines()[0])
@@ -142,10 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     sets = load_sets(a.sets)
     engines, _ = engines_for(a.shipped, a.candidate)
     results = {}
-    for name, prompts in sets.items():
-        print(f"{name}: {len(prompts)} prompts", file=sys.stderr)
-        results[name] = judge_set(engines, prompts, a.max_new_tokens,
-                                  lambda i, n: print(f"  prompt {i}/{n}", file=sys.stderr), budget=a.budget == "on")
+    for name, items in sets.items():
+        print(f"{name}: {len(items)} prompts", file=sys.stderr)
+        results[name] = judge_set(engines, [prompt_input(x) for x in items], a.max_new_tokens,
+                                  lambda i, n: print(f"  prompt {i}/{n}", file=sys.stderr), budget=a.budget == "on",
+                                  categories=[str(x.get("category") or "-") for x in items])
     label = machine_label()
     command = "python -m nanospec.training.judge " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(results, {"shipped": a.shipped, "candidate": a.candidate}, command,
