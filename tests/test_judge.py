@@ -93,3 +93,18 @@ def test_budget_off_judges_both_heads_on_the_fixed_tree(engine, tiny_pair, frequ
     assert all(x is None for _, expected in seen for x in expected)  # no step was priced by the budget
     text = report({"heldout": (20.0, runs)}, {"shipped": "S", "candidate": "C"}, "cmd", "a CPU", 8, budget=False)
     assert "fixed tree (draft budget off)" in text
+
+
+def test_repeated_runs_give_one_speedup_per_prompt(engine, tiny_pair, frequent_ids, prompts):
+    target, _ = tiny_pair
+    other = SpecEngine(target, None, random_head(target.config, seed=2).to(engine.device),
+                       frequent_ids=frequent_ids, eos_token_ids=[])
+    seen = []
+    _, runs = judge_set({"shipped": engine, "candidate": other}, prompts[:2], 6, repeat=3,
+                        progress=lambda i, n: seen.append((i, n)))
+    assert seen[-1] == (6, 6) and len(seen) == 6       # every prompt three times
+    for run in runs.values():
+        assert len(run.speedups) == 2 and run.identical == 2   # one median per prompt, identical every time
+        assert sum(run.emitted) == 3 * 2 * (6 - 1)            # every run's decode steps pooled for τ
+    text = report({"heldout": (20.0, runs)}, {"shipped": "S", "candidate": "C"}, "cmd", "a CPU", 6, repeat=3)
+    assert "3 runs per prompt" in text and "| heldout (2) |" in text

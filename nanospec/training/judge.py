@@ -4,7 +4,7 @@ each head (their order alternating from prompt to prompt), on the same target, w
 
     python -m nanospec.training.judge --candidate train_runs/smollm2-135m/round-002/head \\
         [--shipped assets/heads/smollm2-135m-eagle] [--sets heldout,assets/prompts/outside.jsonl] \\
-        [--max-new-tokens 128] [--budget on|off] [--out train_runs/smollm2-135m/round-002/JUDGED.md]
+        [--max-new-tokens 128] [--budget on|off] [--repeat 1] [--out train_runs/smollm2-135m/round-002/JUDGED.md]
 
 A round ships only if its head is faster than the shipped one on every set (the median over prompts of
 tokens/s over `ar`'s on the same prompt, both heads measured against the same `ar` run); τ is reported
@@ -51,32 +51,39 @@ class HeadRun:
         return metrics.tau(self.by_category.get(category, []))
 
 
-def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None,
-              budget: bool = True, categories: list[str] | None = None) -> tuple[float, dict[str, HeadRun]]:
+def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None, budget: bool = True,
+              categories: list[str] | None = None, repeat: int = 1) -> tuple[float, dict[str, HeadRun]]:
     """`engines`: name -> SpecEngine (the same target, one head each; the first also runs `ar`). Returns
     the median `ar` tokens/s and each head's run; `budget=False` drafts the fixed default tree.
-    `categories` (one per prompt) also pools each head's steps by category."""
+    `categories` (one per prompt) also pools each head's steps by category. With `repeat` > 1 every
+    prompt runs that many times (the heads' order alternating between them too); a prompt's speed-up is
+    the median of its runs', and it counts as identical only if every run's output was."""
     ar_engine = next(iter(engines.values()))
     runs = {name: HeadRun() for name in engines}
     ar_tps = []
     ids = [ar_engine.encode_prompt(p) for p in prompts]
     for engine in engines.values():  # warm-up (allocators, kernels, each head's budget statistics start)
         engine.generate(ids[0], method="nanospec", max_new_tokens=4, budget=budget)
-    for i, p in enumerate(ids):
-        ar = ar_engine.generate(p, method="ar", max_new_tokens=max_new_tokens)
-        ar_tps.append(ar.summary.tokens_per_s)
-        order = list(engines.items()) if i % 2 == 0 else list(engines.items())[::-1]
-        for name, engine in order:
-            result = engine.generate(p, method="nanospec", max_new_tokens=max_new_tokens, budget=budget)
-            run = runs[name]
-            run.speedups.append(metrics.speedup(result.summary.tokens_per_s, ar.summary.tokens_per_s))
-            emitted = [e.n_emitted for e in result.events if not e.is_prefill]
-            run.emitted += emitted
-            if categories is not None:
-                run.by_category.setdefault(categories[i], []).extend(emitted)
-            run.identical += result.token_ids == ar.token_ids
-        if progress:
-            progress(i + 1, len(ids))
+    per_prompt = {name: [([], True) for _ in ids] for name in engines}   # (speed-ups, identical so far)
+    for r in range(repeat):
+        for i, p in enumerate(ids):
+            ar = ar_engine.generate(p, method="ar", max_new_tokens=max_new_tokens)
+            ar_tps.append(ar.summary.tokens_per_s)
+            order = list(engines.items()) if (i + r) % 2 == 0 else list(engines.items())[::-1]
+            for name, engine in order:
+                result = engine.generate(p, method="nanospec", max_new_tokens=max_new_tokens, budget=budget)
+                speedups, same = per_prompt[name][i]
+                speedups.append(metrics.speedup(result.summary.tokens_per_s, ar.summary.tokens_per_s))
+                per_prompt[name][i] = (speedups, same and result.token_ids == ar.token_ids)
+                emitted = [e.n_emitted for e in result.events if not e.is_prefill]
+                runs[name].emitted += emitted
+                if categories is not None:
+                    runs[name].by_category.setdefault(categories[i], []).extend(emitted)
+            if progress:
+                progress(r * len(ids) + i + 1, repeat * len(ids))
+    for name, run in runs.items():
+        run.speedups = [statistics.median(speedups) for speedups, _ in per_prompt[name]]
+        run.identical = sum(same for _, same in per_prompt[name])
     return statistics.median(ar_tps), runs
 
 
@@ -93,10 +100,11 @@ def verdict(results: dict[str, tuple[float, dict[str, HeadRun]]]) -> tuple[bool,
 
 
 def report(results: dict, heads: dict[str, str], command: str, machine: str, max_new_tokens: int,
-           budget: bool = True) -> str:
+           budget: bool = True, repeat: int = 1) -> str:
     setting = "defaults" if budget else "defaults but a fixed tree (draft budget off)"
+    runs = "one run" if repeat == 1 else f"{repeat} runs per prompt (a prompt's speed-up: the median of its runs')"
     lines = [f"Judged {time.strftime('%Y-%m-%d')} on {machine}, greedy, {max_new_tokens} new tokens, the engine's "
-             f"{setting}, one run, both heads against the same `ar` run per prompt:", "", "```bash", command, "```", "",
+             f"{setting}, {runs}, both heads against the same `ar` run of each prompt:", "", "```bash", command, "```", "",
              "| prompts | head | `ar` tok/s | speedup vs `ar` | τ | identical to `ar` |", "|---|---|---|---|---|---|"]
     for name, (ar_tps, runs) in results.items():
         for head, run in runs.items():
@@ -158,8 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--budget", choices=("on", "off"), default="on",
                     help="off: both heads on the fixed default tree (τ = the head's own acceptance)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per prompt (the heads' order alternating); a prompt's speed-up is their median")
     ap.add_argument("--out", default=None, help="also write the table and verdict to this Markdown file")
     a = ap.parse_args(argv)
+    if a.repeat < 1:
+        raise SystemExit(f"--repeat must be at least 1, got {a.repeat}")
     for flag, folder in (("--candidate", a.candidate), ("--shipped", a.shipped)):
         if not (Path(folder) / "config.json").exists():
             raise SystemExit(f"{flag}: {folder} is not a head folder (no config.json)")
@@ -170,12 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {len(items)} prompts", file=sys.stderr)
         results[name] = judge_set(engines, [prompt_input(x) for x in items], a.max_new_tokens,
                                   lambda i, n: print(f"  prompt {i}/{n}", file=sys.stderr), budget=a.budget == "on",
-                                  categories=[str(x.get("category") or "-") for x in items])
+                                  categories=[str(x.get("category") or "-") for x in items], repeat=a.repeat)
     label = machine_label()
     command = "python -m nanospec.training.judge " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(results, {"shipped": a.shipped, "candidate": a.candidate}, command,
                   f"{label['cpu']} ({label['cpu_count']} cores, {label['torch_threads']} threads)", a.max_new_tokens,
-                  budget=a.budget == "on")
+                  budget=a.budget == "on", repeat=a.repeat)
     print(text)
     if a.out:
         Path(a.out).write_text(text)
