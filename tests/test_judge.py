@@ -10,10 +10,15 @@ from nanospec.decoding.engine import SpecEngine
 from nanospec.training.judge import HeadRun, judge_set, load_sets, report, verdict
 
 
-def test_both_heads_run_every_prompt_against_the_same_ar(engine, tiny_pair, frequent_ids, prompts):
+def _candidate(engine, tiny_pair, frequent_ids) -> SpecEngine:
+    """A second engine on the tiny target, with another random head: the round's candidate."""
     target, _ = tiny_pair
-    other = SpecEngine(target, None, random_head(target.config, seed=2).to(engine.device),
-                       frequent_ids=frequent_ids, eos_token_ids=[])
+    return SpecEngine(target, None, random_head(target.config, seed=2).to(engine.device),
+                      frequent_ids=frequent_ids, eos_token_ids=[])
+
+
+def test_both_heads_run_every_prompt_against_the_same_ar(engine, tiny_pair, frequent_ids, prompts):
+    other = _candidate(engine, tiny_pair, frequent_ids)
     ar_tps, runs = judge_set({"shipped": engine, "candidate": other}, prompts[:3], 8, categories=["a", "b", "a"])
     assert set(runs) == {"shipped", "candidate"} and ar_tps > 0
     for run in runs.values():
@@ -74,9 +79,7 @@ def test_a_bad_or_empty_prompt_set_is_an_error_that_says_what_is_allowed():
 
 
 def test_budget_off_judges_both_heads_on_the_fixed_tree(engine, tiny_pair, frequent_ids, prompts, monkeypatch):
-    target, _ = tiny_pair
-    other = SpecEngine(target, None, random_head(target.config, seed=2).to(engine.device),
-                       frequent_ids=frequent_ids, eos_token_ids=[])
+    other = _candidate(engine, tiny_pair, frequent_ids)
     seen = []
     for e in (engine, other):
         original = e.generate
@@ -96,9 +99,7 @@ def test_budget_off_judges_both_heads_on_the_fixed_tree(engine, tiny_pair, frequ
 
 
 def test_repeated_runs_give_one_speedup_per_prompt(engine, tiny_pair, frequent_ids, prompts):
-    target, _ = tiny_pair
-    other = SpecEngine(target, None, random_head(target.config, seed=2).to(engine.device),
-                       frequent_ids=frequent_ids, eos_token_ids=[])
+    other = _candidate(engine, tiny_pair, frequent_ids)
     seen = []
     _, runs = judge_set({"shipped": engine, "candidate": other}, prompts[:2], 6, repeat=3,
                         progress=lambda i, n: seen.append((i, n)))

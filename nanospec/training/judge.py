@@ -64,7 +64,8 @@ def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None, 
     ids = [ar_engine.encode_prompt(p) for p in prompts]
     for engine in engines.values():  # warm-up (allocators, kernels, each head's budget statistics start)
         engine.generate(ids[0], method="nanospec", max_new_tokens=4, budget=budget)
-    per_prompt = {name: [([], True) for _ in ids] for name in engines}   # (speed-ups, identical so far)
+    speedups = {name: [[] for _ in ids] for name in engines}    # per head, per prompt: one per run
+    identical = {name: [True] * len(ids) for name in engines}   # per head, per prompt: every run so far
     for r in range(repeat):
         for i, p in enumerate(ids):
             ar = ar_engine.generate(p, method="ar", max_new_tokens=max_new_tokens)
@@ -72,9 +73,8 @@ def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None, 
             order = list(engines.items()) if (i + r) % 2 == 0 else list(engines.items())[::-1]
             for name, engine in order:
                 result = engine.generate(p, method="nanospec", max_new_tokens=max_new_tokens, budget=budget)
-                speedups, same = per_prompt[name][i]
-                speedups.append(metrics.speedup(result.summary.tokens_per_s, ar.summary.tokens_per_s))
-                per_prompt[name][i] = (speedups, same and result.token_ids == ar.token_ids)
+                speedups[name][i].append(metrics.speedup(result.summary.tokens_per_s, ar.summary.tokens_per_s))
+                identical[name][i] &= result.token_ids == ar.token_ids
                 emitted = [e.n_emitted for e in result.events if not e.is_prefill]
                 runs[name].emitted += emitted
                 if categories is not None:
@@ -82,8 +82,8 @@ def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None, 
             if progress:
                 progress(r * len(ids) + i + 1, repeat * len(ids))
     for name, run in runs.items():
-        run.speedups = [statistics.median(speedups) for speedups, _ in per_prompt[name]]
-        run.identical = sum(same for _, same in per_prompt[name])
+        run.speedups = [statistics.median(runs_of_prompt) for runs_of_prompt in speedups[name]]
+        run.identical = sum(identical[name])
     return statistics.median(ar_tps), runs
 
 
@@ -129,8 +129,9 @@ def category_lines(results: dict) -> list[str]:
 
 
 def load_sets(spec: str) -> dict[str, list[dict]]:
-    """'heldout' (the project's split) or a JSONL path, comma-separated -> name -> prompt items (each with
-    its `category`, '-' where the file gives none); `prompt_input(item)` is what the engine reads."""
+    """'heldout' (the project's split) or a JSONL path, comma-separated -> name -> prompt items, as
+    `load_prompts` gives them (`category` may be absent in a user's file); `prompt_input(item)` is what the
+    engine reads."""
     from nanospec.data.prompts import load_prompts
     sets = {}
     for item in (s.strip() for s in spec.split(",") if s.strip()):
@@ -177,17 +178,17 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{flag}: {folder} is not a head folder (no config.json)")
     sets = load_sets(a.sets)
     engines, _ = engines_for(a.shipped, a.candidate)
-    results = {}
+    results, budget = {}, a.budget == "on"
     for name, items in sets.items():
         print(f"{name}: {len(items)} prompts", file=sys.stderr)
         results[name] = judge_set(engines, [prompt_input(x) for x in items], a.max_new_tokens,
-                                  lambda i, n: print(f"  prompt {i}/{n}", file=sys.stderr), budget=a.budget == "on",
+                                  lambda i, n: print(f"  prompt {i}/{n}", file=sys.stderr), budget=budget,
                                   categories=[str(x.get("category") or "-") for x in items], repeat=a.repeat)
     label = machine_label()
     command = "python -m nanospec.training.judge " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(results, {"shipped": a.shipped, "candidate": a.candidate}, command,
                   f"{label['cpu']} ({label['cpu_count']} cores, {label['torch_threads']} threads)", a.max_new_tokens,
-                  budget=a.budget == "on", repeat=a.repeat)
+                  budget=budget, repeat=a.repeat)
     print(text)
     if a.out:
         Path(a.out).write_text(text)
