@@ -19,7 +19,8 @@ from nanospec.training.answers import GenerateConfig, run_generation, status
 from nanospec.training.prompt_pool import (FAMILY_WEIGHTS, LeakGuard, build_part, evaluation_conversations,
                                            read_part)
 from nanospec.training.real_tasks import TextPools
-from nanospec.training.round_data import is_validation, load_round_data, pad_batch, plan_epoch
+from nanospec.training.round_card import data_summary
+from nanospec.training.round_data import is_validation, load_round_data, pad_batch, parse_repeat, plan_epoch
 from nanospec.training.rounds import CHECKPOINT, RoundConfig, run_round
 
 VOCAB, HIDDEN = 512, 64
@@ -193,6 +194,23 @@ def test_round_data_split_and_batches(answer_folder):
     assert sorted(j for b in plan for j in b) == list(range(len(lengths))) and plan == plan_epoch(lengths, 1024, 0, 0)
     ids, attention, mask = pad_batch(data.train[:3], prompt_loss=False)
     assert mask[0].sum() == len(data.train[0].ids) - 1 - max(data.train[0].answer_start - 2, 0)
+
+
+def test_a_repeated_source_is_trained_more_often_and_the_card_counts_it_apart(answer_folder, tmp_path):
+    tok_hash = tokenizer_fingerprint(CharTokenizer())
+    plain = load_round_data([answer_folder], tok_hash, warn=pytest.fail)
+    assert {s.source for s in plain.train} <= set(FAMILY_WEIGHTS) and plain.copies == 0
+    source = sorted({s.source for s in plain.train})[0]
+    n = sum(s.source == source for s in plain.train)
+    tripled = load_round_data([answer_folder], tok_hash, warn=pytest.fail, repeat=parse_repeat(f"{source}=3"))
+    assert tripled.copies == 2 * n and len(tripled.train) == len(plain.train) + 2 * n
+    assert sum(s.source == source for s in tripled.train) == 3 * n and len(tripled.val) == len(plain.val)
+    assert data_summary(tripled)["train_answers"] == len(plain.train)
+    with pytest.raises(ValueError, match="unknown prompt sources"):
+        load_round_data([answer_folder], tok_hash, warn=pytest.fail, repeat={"poetry": 2})
+    for bad in ("templated", "templated=0", "templated=x"):
+        with pytest.raises(ValueError, match="SOURCE=TIMES"):
+            round_config(tmp_path, answer_folder, repeat=bad)
 
 
 def test_round_resumes_exactly_where_it_stopped(tmp_path, tiny_target, answer_folder):

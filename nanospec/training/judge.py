@@ -37,7 +37,7 @@ class HeadRun:
     speedups: list[float] = field(default_factory=list)
     emitted: list[int] = field(default_factory=list)   # tokens per target forward, every step pooled
     identical: int = 0
-    by_category: dict[str, list[int]] = field(default_factory=dict)  # the same, per prompt category
+    by_category: dict[str, list[float]] = field(default_factory=dict)  # per prompt category: each run's τ
 
     @property
     def speedup(self) -> float:
@@ -48,14 +48,15 @@ class HeadRun:
         return metrics.tau(self.emitted)
 
     def category_tau(self, category: str) -> float:
-        return metrics.tau(self.by_category.get(category, []))
+        """The mean of the category's per-prompt τ (each prompt weighing the same), as `compare`'s rows."""
+        return metrics.mean_tau(self.by_category.get(category, []))
 
 
 def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None, budget: bool = True,
               categories: list[str] | None = None, repeat: int = 1) -> tuple[float, dict[str, HeadRun]]:
     """`engines`: name -> SpecEngine (the same target, one head each; the first also runs `ar`). Returns
     the median `ar` tokens/s and each head's run; `budget=False` drafts the fixed default tree.
-    `categories` (one per prompt) also pools each head's steps by category. With `repeat` > 1 every
+    `categories` (one per prompt) also keeps each run's τ by category. With `repeat` > 1 every
     prompt runs that many times (the heads' order alternating between them too); a prompt's speed-up is
     the median of its runs', and it counts as identical only if every run's output was."""
     ar_engine = next(iter(engines.values()))
@@ -78,7 +79,7 @@ def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None, 
                 emitted = [e.n_emitted for e in result.events if not e.is_prefill]
                 runs[name].emitted += emitted
                 if categories is not None:
-                    runs[name].by_category.setdefault(categories[i], []).extend(emitted)
+                    runs[name].by_category.setdefault(categories[i], []).append(metrics.tau(emitted))
             if progress:
                 progress(r * len(ids) + i + 1, repeat * len(ids))
     for name, run in runs.items():
@@ -115,7 +116,7 @@ def report(results: dict, heads: dict[str, str], command: str, machine: str, max
 
 
 def category_lines(results: dict) -> list[str]:
-    """τ by prompt category for each head (steps pooled over the category's prompts), where known."""
+    """τ by prompt category for each head (the mean of its prompts' τ), where known."""
     rows = []
     for name, (_, runs) in results.items():
         shipped, candidate = runs["shipped"], runs["candidate"]
@@ -124,7 +125,8 @@ def category_lines(results: dict) -> list[str]:
                         f"{candidate.category_tau(category):.2f} |")
     if not rows:
         return []
-    return ["", "τ by category (each head's steps pooled over the category's prompts):", "",
+    return ["", "τ by category (the mean of the category's per-prompt τ, each prompt weighing the same, as "
+                "`compare`'s category rows):", "",
             "| prompts | category | shipped τ | candidate τ |", "|---|---|---|---|", *rows]
 
 

@@ -46,11 +46,14 @@ def agreement(head, target, val: list[TokenSequence], batch: int = 8, max_positi
 
 
 def data_summary(data) -> dict:
-    train = data.train
+    """Distinct answers (a repeated source's copies, appended after them, are counted apart)."""
+    copies = data.copies
+    train = data.train[:len(data.train) - copies]
     return {"chunks": len(data.chunks), "folders": sorted({c["folder"] for c in data.chunks}),
             "train_answers": len(train), "sampled_answers": sum(s.sampled for s in train),
             "train_tokens": sum(len(s.ids) for s in train),
-            "answer_tokens": sum(len(s.ids) - s.answer_start for s in train), "val_answers": len(data.val)}
+            "answer_tokens": sum(len(s.ids) - s.answer_start for s in train), "val_answers": len(data.val),
+            "repeated_copies": copies}
 
 
 def command_line(cfg) -> str:
@@ -75,7 +78,9 @@ def write_card(run: Path, cfg, state: dict, data) -> Path:
         f"- Data: {summary['train_answers']:,} training answers ({summary['sampled_answers']:,} sampled), "
         f"{summary['train_tokens']:,} tokens ({summary['answer_tokens']:,} answer tokens) from {summary['chunks']} "
         f"chunks of {', '.join(summary['folders'])}; {summary['val_answers']} held-out greedy answers "
-        f"(pool index % 97 == 13, never trained on).",
+        f"(pool index % 97 == 13, never trained on)"
+        + (f"; sources repeated ({cfg.repeat}): {summary['repeated_copies']:,} more answers a pass." if
+           summary["repeated_copies"] else "."),
         f"- Training: {card['epochs_done']} of {cfg.epochs} epochs, {state['step']:,} of {state['total_steps']:,} "
         f"steps, {card['train_hours']} h; init: {cfg.init_head or 'target-initialised'}; loss SmoothL1 + "
         f"{cfg.token_weight} x sampled-vocabulary CE + {cfg.distill_weight} x top-{cfg.distill_k} KL; "

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nanospec.training.answer_chunks import iter_chunks
+from nanospec.training.answer_chunks import iter_chunks, read_manifest
 
 VAL_MODULUS, VAL_REMAINDER = 97, 13   # a prompt is held out when pool_index % 97 == 13 (stable as data grows)
 
@@ -30,6 +30,7 @@ class TokenSequence:
     sampled: bool
     chunk: str = ""             # where it was read: the chunk's path and its row there (teacher_cache.py)
     row: int = -1
+    source: str = ""            # the prompt's source, as the folder's manifest names it
 
 
 @dataclass
@@ -38,20 +39,47 @@ class RoundData:
     val: list[TokenSequence]
     chunks: list[dict]          # [{"folder", "file", "answers"}] in the order read
     arrays: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # chunk path -> (tokens, offsets)
+    copies: int = 0             # extra copies of repeated sources' answers in `train` (see `repeat_sources`)
 
 
 def is_validation(pool_index: int) -> bool:
     return pool_index % VAL_MODULUS == VAL_REMAINDER
 
 
+def parse_repeat(text: str) -> dict[str, int]:
+    """'templated=3,code=2' -> {'templated': 3, 'code': 2}: each named source's training answers taken that
+    many times a pass ('' = every answer once). ValueError naming what is wrong."""
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, times = part.partition("=")
+        if not name.strip() or not times.strip().isdigit() or int(times) < 1:
+            raise ValueError(f"repeat {part!r}: write SOURCE=TIMES with TIMES a whole number >= 1, "
+                             "e.g. 'templated=3'")
+        out[name.strip()] = int(times)
+    return out
+
+
+def repeat_sources(train: list[TokenSequence], repeat: dict[str, int], known: set[str]) -> int:
+    """Append the extra copies that `repeat` asks for to `train` (in place); -> how many were added."""
+    unknown = sorted(set(repeat) - known)
+    if unknown:
+        raise ValueError(f"repeat names unknown prompt sources {unknown}; the data's sources are {sorted(known)}")
+    extra = [s for s in train for _ in range(repeat.get(s.source, 1) - 1)]
+    train.extend(extra)
+    return len(extra)
+
+
 def load_round_data(folders: list[Path], tokenizer_hash: str | None, only: list[dict] | None = None,
-                    max_val: int = 256, warn=print) -> RoundData:
+                    max_val: int = 256, warn=print, repeat: dict[str, int] | None = None) -> RoundData:
     """Every usable chunk of `folders` (or exactly the chunks named in `only`, as a resumed round recorded
     them; any now missing is warned about). Validation = greedy answers of held-out pool indices (their
-    sampled answers are left out of training too), at most `max_val`."""
+    sampled answers are left out of training too), at most `max_val`. `repeat` (see `parse_repeat`) weights
+    sources by repeating their training answers; validation is never repeated."""
     wanted = {(c["folder"], c["file"]) for c in only} if only is not None else None
-    train, val, used, arrays = [], [], [], {}
+    train, val, used, arrays, known = [], [], [], {}, set()
     for folder in folders:
+        names = list((read_manifest(Path(folder)) or {}).get("sources", []))
+        known.update(names)
         for chunk in iter_chunks(Path(folder), tokenizer_hash, warn):
             if wanted is not None and (str(folder), chunk.name) not in wanted:
                 continue
@@ -60,7 +88,8 @@ def load_round_data(folders: list[Path], tokenizer_hash: str | None, only: list[
             arrays[where] = (chunk.tokens, chunk.offsets)
             for i in range(len(chunk)):
                 seq = TokenSequence(torch.from_numpy(chunk.sequence(i).astype(np.int64)), int(chunk.answer_start[i]),
-                                    int(chunk.pool_index[i]), bool(chunk.sampled[i]), where, i)
+                                    int(chunk.pool_index[i]), bool(chunk.sampled[i]), where, i,
+                                    names[int(chunk.source[i])] if int(chunk.source[i]) < len(names) else "")
                 if not is_validation(seq.pool_index):
                     train.append(seq)
                 elif not seq.sampled and len(val) < max_val:
@@ -68,7 +97,8 @@ def load_round_data(folders: list[Path], tokenizer_hash: str | None, only: list[
     if wanted is not None:
         for folder, name in sorted(wanted - {(c["folder"], c["file"]) for c in used}):
             warn(f"warning: the round's chunk {Path(folder) / name} is no longer usable; continuing without it")
-    return RoundData(train, val, used, arrays)
+    copies = repeat_sources(train, repeat or {}, known)
+    return RoundData(train, val, used, arrays, copies)
 
 
 def plan_epoch(lengths: list[int], batch_tokens: int, seed: int, epoch: int) -> list[list[int]]:

@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from nanospec.training.background import Deadline, StopFlag, config_from_args, lower_priority, parser_from_dataclass
-from nanospec.training.round_data import RoundData, TeacherBatch, load_round_data, pad_batch, plan_epoch
+from nanospec.training.round_data import (RoundData, TeacherBatch, load_round_data, pad_batch, parse_repeat,
+                                          plan_epoch)
 
 CHECKPOINT = "checkpoint.pt"
 RUNTIME_FIELDS = ("minutes", "checkpoint_minutes", "threads", "max_steps", "teacher_cache")   # may change when resuming
@@ -52,6 +53,9 @@ class RoundConfig:
     distill_k: int = field(default=8, metadata={"help": "target top-k kept per position"})
     frequent: int = field(default=2048, metadata={"help": "frequent ids always in the sampled vocabulary"})
     unroll: int = field(default=1, metadata={"help": "drafting steps trained (2, 3: the head's own features)"})
+    repeat: str = field(default="", metadata={
+        "help": "weight prompt sources by repeating their training answers each pass, e.g. 'templated=3' "
+                "(names from the data's manifest; '' = every answer once)"})
     prompt_loss: bool = field(default=True, metadata={"help": "also train on prompt positions"})
     max_val: int = field(default=128, metadata={"help": "held-out greedy answers for agreement"})
     minutes: float = field(default=0.0, metadata={"help": "stop (with a checkpoint) after this many minutes; 0 = none"})
@@ -68,6 +72,7 @@ class RoundConfig:
             raise ValueError("epochs, distill_k, unroll and threads must be >= 1 and batch_tokens >= 16")
         if min(self.lr, self.token_weight, self.distill_weight, self.noise, self.checkpoint_minutes) < 0:
             raise ValueError("lr, token_weight, distill_weight, noise and checkpoint_minutes must be >= 0")
+        parse_repeat(self.repeat)
 
     def folders(self) -> list[Path]:
         return [Path(p.strip()) for p in self.data.split(",") if p.strip()]
@@ -169,7 +174,7 @@ def start_or_resume(cfg: RoundConfig, target, tokenizer_hash: str, log) -> tuple
     if ckpt is not None:
         check_resume(ckpt["state"]["config"], cfg)
     data = load_round_data(cfg.folders(), tokenizer_hash, ckpt["state"]["chunks"] if ckpt else None,
-                           cfg.max_val, warn=log)
+                           cfg.max_val, warn=log, repeat=parse_repeat(cfg.repeat))
     if not data.train:
         raise ValueError(f"no usable answer chunks in {cfg.data}: generate some first "
                          "(python -m nanospec.training.answers generate --out FOLDER)")
