@@ -24,6 +24,10 @@ def test_both_heads_run_every_prompt_against_the_same_ar(engine, tiny_pair, freq
     for run in runs.values():
         assert len(run.speedups) == 3 and run.identical == 3   # every output equals ar's
         assert all(s > 0 for s in run.speedups) and 1.0 <= run.tau <= 9.0
+        # one verified count and one wall time per decode step; a step verifies at least the root
+        assert len(run.verified) == len(run.step_ms) == len(run.emitted)
+        assert min(run.verified) >= 1 and run.verified_per_step >= 1.0 and run.ms_per_step > 0
+        assert all(v >= e for v, e in zip(run.verified, run.emitted))  # never more emitted than verified
         # each category keeps one τ per prompt run: two for "a", one for "b", each a run's own
         assert set(run.by_category) == {"a", "b"} and len(run.by_category["a"]) == 2
         (b_tau,) = run.by_category["b"]
@@ -32,7 +36,8 @@ def test_both_heads_run_every_prompt_against_the_same_ar(engine, tiny_pair, freq
 
 
 def _run(speedups, identical=None):
-    return HeadRun(speedups=list(speedups), emitted=[2, 3], identical=len(speedups) if identical is None else identical)
+    return HeadRun(speedups=list(speedups), emitted=[2, 3], verified=[9, 7], step_ms=[50.0, 46.0],
+                   identical=len(speedups) if identical is None else identical)
 
 
 def test_a_round_ships_only_when_faster_on_every_set():
@@ -53,8 +58,8 @@ def test_the_report_names_each_head_and_the_verdict():
     results = {"heldout": (20.0, {"shipped": _run([1.5, 1.7]), "candidate": _run([1.6, 1.8])})}
     text = report(results, {"shipped": "S", "candidate": "C"}, "python -m nanospec.training.judge --candidate C",
                   "a CPU", 128)
-    assert "| heldout (2) | candidate (`C`) | 20.00 | 1.70× | 2.50 | 2/2 |" in text
-    assert "| heldout (2) | shipped (`S`) | 20.00 | 1.60× | 2.50 | 2/2 |" in text
+    assert "| heldout (2) | candidate (`C`) | 20.00 | 1.70× | 2.50 | 8.0 | 48.0 | 2/2 |" in text
+    assert "| heldout (2) | shipped (`S`) | 20.00 | 1.60× | 2.50 | 8.0 | 48.0 | 2/2 |" in text
     assert "Verdict: **ships" in text and "--candidate C" in text
     assert "τ by category" not in text   # no categories given: no table
 

@@ -32,10 +32,12 @@ DEFAULT_SETS = "heldout,assets/prompts/outside.jsonl"
 
 @dataclass
 class HeadRun:
-    """One head on one prompt set: per prompt speed-up over `ar` and tokens per step."""
+    """One head on one prompt set: per prompt speed-up over `ar`, tokens per step, and what a step cost."""
 
     speedups: list[float] = field(default_factory=list)
     emitted: list[int] = field(default_factory=list)   # tokens per target forward, every step pooled
+    verified: list[int] = field(default_factory=list)  # tokens the target verified per step (root included)
+    step_ms: list[float] = field(default_factory=list)  # wall ms per decode step, every step pooled
     identical: int = 0
     by_category: dict[str, list[float]] = field(default_factory=dict)  # per prompt category: each run's τ
 
@@ -46,6 +48,14 @@ class HeadRun:
     @property
     def tau(self) -> float:
         return metrics.tau(self.emitted)
+
+    @property
+    def verified_per_step(self) -> float:
+        return metrics.mean(self.verified)
+
+    @property
+    def ms_per_step(self) -> float:
+        return metrics.mean(self.step_ms)
 
     def category_tau(self, category: str) -> float:
         """The mean of the category's per-prompt τ (each prompt weighing the same), as `compare`'s rows."""
@@ -76,8 +86,11 @@ def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None, 
                 result = engine.generate(p, method="nanospec", max_new_tokens=max_new_tokens, budget=budget)
                 speedups[name][i].append(metrics.speedup(result.summary.tokens_per_s, ar.summary.tokens_per_s))
                 identical[name][i] &= result.token_ids == ar.token_ids
-                emitted = [e.n_emitted for e in result.events if not e.is_prefill]
+                decode = [e for e in result.events if not e.is_prefill]
+                emitted = [e.n_emitted for e in decode]
                 runs[name].emitted += emitted
+                runs[name].verified += [len(e.tree_tokens) for e in decode]
+                runs[name].step_ms += [e.wall_ms for e in decode]
                 if categories is not None:
                     runs[name].by_category.setdefault(categories[i], []).append(metrics.tau(emitted))
             if progress:
@@ -106,13 +119,18 @@ def report(results: dict, heads: dict[str, str], command: str, machine: str, max
     runs = "one run" if repeat == 1 else f"{repeat} runs per prompt (a prompt's speed-up: the median of its runs')"
     lines = [f"Judged {time.strftime('%Y-%m-%d')} on {machine}, greedy, {max_new_tokens} new tokens, the engine's "
              f"{setting}, {runs}, both heads against the same `ar` run of each prompt:", "", "```bash", command, "```", "",
-             "| prompts | head | `ar` tok/s | speedup vs `ar` | τ | identical to `ar` |", "|---|---|---|---|---|---|"]
+             "| prompts | head | `ar` tok/s | speedup vs `ar` | τ | verified per step | ms per step | identical to `ar` |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, (ar_tps, runs) in results.items():
         for head, run in runs.items():
             lines.append(f"| {name} ({len(run.speedups)}) | {head} (`{heads[head]}`) | {ar_tps:.2f} | "
-                         f"{run.speedup:.2f}× | {run.tau:.2f} | {run.identical}/{len(run.speedups)} |")
+                         f"{run.speedup:.2f}× | {run.tau:.2f} | {run.verified_per_step:.1f} | {run.ms_per_step:.1f} | "
+                         f"{run.identical}/{len(run.speedups)} |")
     _, why = verdict(results)
-    return "\n".join(lines + category_lines(results) + ["", f"Verdict: **{why}**.", ""])
+    return "\n".join(lines + ["", "Verified per step: the tokens each target forward checked (the root included); "
+                              "ms per step: a decode step's mean wall time (drafting, verification and bookkeeping). "
+                              "Speed-up follows τ ÷ ms per step."] + category_lines(results)
+                     + ["", f"Verdict: **{why}**.", ""])
 
 
 def category_lines(results: dict) -> list[str]:
