@@ -7,7 +7,7 @@ import pytest
 
 from nanospec.bench.random_pair import random_head
 from nanospec.decoding.engine import SpecEngine
-from nanospec.training.judge import HeadRun, judge_set, load_sets, report, verdict
+from nanospec.training.judge import HeadRun, judge_set, load_sets, paired, report, verdict
 
 
 def _candidate(engine, tiny_pair, frequent_ids) -> SpecEngine:
@@ -28,11 +28,13 @@ def test_both_heads_run_every_prompt_against_the_same_ar(engine, tiny_pair, freq
         assert len(run.verified) == len(run.step_ms) == len(run.emitted)
         assert min(run.verified) >= 1 and run.verified_per_step >= 1.0 and run.ms_per_step > 0
         assert all(v >= e for v, e in zip(run.verified, run.emitted))  # never more emitted than verified
+        assert [len(t) for t in run.tps] == [1, 1, 1] and all(t[0] > 0 for t in run.tps)
         # each category keeps one τ per prompt run: two for "a", one for "b", each a run's own
         assert set(run.by_category) == {"a", "b"} and len(run.by_category["a"]) == 2
         (b_tau,) = run.by_category["b"]
         assert 1.0 <= b_tau <= 8.0 and run.category_tau("b") == b_tau
         assert run.category_tau("a") == pytest.approx(sum(run.by_category["a"]) / 2)
+    assert len(paired(runs["shipped"], runs["candidate"])) == 3
 
 
 def _run(speedups, identical=None):
@@ -116,3 +118,13 @@ def test_repeated_runs_give_one_speedup_per_prompt(engine, tiny_pair, frequent_i
         assert sum(run.emitted) == 3 * 2 * (6 - 1)            # every run's decode steps pooled for τ
     text = report({"heldout": (20.0, runs)}, {"shipped": "S", "candidate": "C"}, "cmd", "a CPU", 6, repeat=3)
     assert "3 runs per prompt" in text and "| heldout (2) |" in text
+
+
+def test_heads_are_also_compared_prompt_by_prompt():
+    shipped = HeadRun(speedups=[1.0, 1.0, 1.0], tps=[[20.0, 22.0], [30.0, 30.0], [40.0, 40.0]])
+    candidate = HeadRun(speedups=[1.0, 1.0, 1.0], tps=[[22.0, 22.0], [27.0, 33.0], [36.0, 36.0]])
+    # per prompt, the median of each run's candidate / shipped ratio (runs paired, not medians compared)
+    assert paired(shipped, candidate) == pytest.approx([1.05, 1.0, 0.9])
+    text = report({"outside": (20.0, {"shipped": shipped, "candidate": candidate})},
+                  {"shipped": "S", "candidate": "C"}, "cmd", "a CPU", 8, repeat=2)
+    assert "outside, prompt by prompt" in text and "median 1.000×, candidate faster on 1 of 3 prompts" in text

@@ -38,6 +38,7 @@ class HeadRun:
     emitted: list[int] = field(default_factory=list)   # tokens per target forward, every step pooled
     verified: list[int] = field(default_factory=list)  # tokens the target verified per step (root included)
     step_ms: list[float] = field(default_factory=list)  # wall ms per decode step, every step pooled
+    tps: list[list[float]] = field(default_factory=list)  # per prompt: tokens/s of each of its runs
     identical: int = 0
     by_category: dict[str, list[float]] = field(default_factory=dict)  # per prompt category: each run's τ
 
@@ -76,6 +77,7 @@ def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None, 
     for engine in engines.values():  # warm-up (allocators, kernels, each head's budget statistics start)
         engine.generate(ids[0], method="nanospec", max_new_tokens=4, budget=budget)
     speedups = {name: [[] for _ in ids] for name in engines}    # per head, per prompt: one per run
+    tps = {name: [[] for _ in ids] for name in engines}         # the same, tokens/s
     identical = {name: [True] * len(ids) for name in engines}   # per head, per prompt: every run so far
     for r in range(repeat):
         for i, p in enumerate(ids):
@@ -85,6 +87,7 @@ def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None, 
             for name, engine in order:
                 result = engine.generate(p, method="nanospec", max_new_tokens=max_new_tokens, budget=budget)
                 speedups[name][i].append(metrics.speedup(result.summary.tokens_per_s, ar.summary.tokens_per_s))
+                tps[name][i].append(result.summary.tokens_per_s)
                 identical[name][i] &= result.token_ids == ar.token_ids
                 decode = [e for e in result.events if not e.is_prefill]
                 emitted = [e.n_emitted for e in decode]
@@ -97,8 +100,16 @@ def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None, 
                 progress(r * len(ids) + i + 1, repeat * len(ids))
     for name, run in runs.items():
         run.speedups = [statistics.median(runs_of_prompt) for runs_of_prompt in speedups[name]]
+        run.tps = tps[name]
         run.identical = sum(identical[name])
     return statistics.median(ar_tps), runs
+
+
+def paired(shipped: HeadRun, candidate: HeadRun) -> list[float]:
+    """Per prompt: the median over its runs of candidate ÷ shipped tokens/s, the two heads' runs of one prompt
+    side by side (no `ar` run in the ratio, so less noise than comparing two speed-ups)."""
+    return [statistics.median(c / s for c, s in zip(c_runs, s_runs))
+            for c_runs, s_runs in zip(candidate.tps, shipped.tps)]
 
 
 def verdict(results: dict[str, tuple[float, dict[str, HeadRun]]]) -> tuple[bool, str]:
@@ -126,6 +137,12 @@ def report(results: dict, heads: dict[str, str], command: str, machine: str, max
             lines.append(f"| {name} ({len(run.speedups)}) | {head} (`{heads[head]}`) | {ar_tps:.2f} | "
                          f"{run.speedup:.2f}× | {run.tau:.2f} | {run.verified_per_step:.1f} | {run.ms_per_step:.1f} | "
                          f"{run.identical}/{len(run.speedups)} |")
+    for name, (_, runs) in results.items():
+        ratios = paired(runs["shipped"], runs["candidate"])
+        if ratios:
+            lines.append(f"\n{name}, prompt by prompt (candidate ÷ shipped tokens/s, the two heads' runs of a prompt side by "
+                         f"side): median {statistics.median(ratios):.3f}×, candidate faster on "
+                         f"{sum(r > 1 for r in ratios)} of {len(ratios)} prompts.")
     _, why = verdict(results)
     return "\n".join(lines + ["", "Verified per step: the tokens each target forward checked (the root included); "
                               "ms per step: a decode step's mean wall time (drafting, verification and bookkeeping). "
