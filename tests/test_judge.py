@@ -29,6 +29,7 @@ def test_both_heads_run_every_prompt_against_the_same_ar(engine, tiny_pair, freq
         assert min(run.verified) >= 1 and run.verified_per_step >= 1.0 and run.ms_per_step > 0
         assert all(v >= e for v, e in zip(run.verified, run.emitted))  # never more emitted than verified
         assert [len(t) for t in run.tps] == [1, 1, 1] and all(t[0] > 0 for t in run.tps)
+        assert len(run.accepted) == len(run.emitted) and all(0 <= a < v for a, v in zip(run.accepted, run.verified))
         # each category keeps one τ per prompt run: two for "a", one for "b", each a run's own
         assert set(run.by_category) == {"a", "b"} and len(run.by_category["a"]) == 2
         (b_tau,) = run.by_category["b"]
@@ -128,3 +129,14 @@ def test_heads_are_also_compared_prompt_by_prompt():
     text = report({"outside": (20.0, {"shipped": shipped, "candidate": candidate})},
                   {"shipped": "S", "candidate": "C"}, "cmd", "a CPU", 8, repeat=2)
     assert "outside, prompt by prompt" in text and "median 1.000×, candidate faster on 1 of 3 prompts" in text
+
+
+def test_the_report_says_how_deep_each_head_is_accepted():
+    shipped = HeadRun(speedups=[1.5], emitted=[1] * 6, accepted=[0, 1, 2, 3, 4, 1], identical=1)
+    candidate = HeadRun(speedups=[1.6], emitted=[1] * 6, accepted=[1, 1, 2, 2, 0, 0], identical=1)
+    assert shipped.reach(4) == pytest.approx([5 / 6, 3 / 6, 2 / 6, 1 / 6])
+    text = report({"heldout": (20.0, {"shipped": shipped, "candidate": candidate})},
+                  {"shipped": "S", "candidate": "C"}, "cmd", "a CPU", 8)
+    # share of steps reaching depth d, and (in brackets) of those reaching d - 1 the share that went on
+    assert "| heldout | shipped | 0.83 (0.83) | 0.50 (0.60) | 0.33 (0.67) | 0.17 (0.50) |" in text
+    assert "| heldout | candidate | 0.67 (0.67) | 0.33 (0.50) | 0.00 (0.00) | 0.00 (–) |" in text

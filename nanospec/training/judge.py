@@ -39,6 +39,7 @@ class HeadRun:
     verified: list[int] = field(default_factory=list)  # tokens the target verified per step (root included)
     step_ms: list[float] = field(default_factory=list)  # wall ms per decode step, every step pooled
     tps: list[list[float]] = field(default_factory=list)  # per prompt: tokens/s of each of its runs
+    accepted: list[int] = field(default_factory=list)   # drafted tokens accepted per step, every step pooled
     identical: int = 0
     by_category: dict[str, list[float]] = field(default_factory=dict)  # per prompt category: each run's τ
 
@@ -57,6 +58,11 @@ class HeadRun:
     @property
     def ms_per_step(self) -> float:
         return metrics.mean(self.step_ms)
+
+    def reach(self, depths: int) -> list[float]:
+        """Entry d - 1 (d = 1..depths): the share of steps that accepted at least d drafted tokens."""
+        counts = metrics.accepted_depth_counts(self.accepted, max_depth=depths)
+        return [c / counts[0] if counts[0] else float("nan") for c in counts[1:]]
 
     def category_tau(self, category: str) -> float:
         """The mean of the category's per-prompt τ (each prompt weighing the same), as `compare`'s rows."""
@@ -94,6 +100,7 @@ def judge_set(engines: dict, prompts: list, max_new_tokens: int, progress=None, 
                 runs[name].emitted += emitted
                 runs[name].verified += [len(e.tree_tokens) for e in decode]
                 runs[name].step_ms += [e.wall_ms for e in decode]
+                runs[name].accepted += [len(e.accepted_tokens) for e in decode]
                 if categories is not None:
                     runs[name].by_category.setdefault(categories[i], []).append(metrics.tau(emitted))
             if progress:
@@ -144,10 +151,33 @@ def report(results: dict, heads: dict[str, str], command: str, machine: str, max
                          f"side): median {statistics.median(ratios):.3f}×, candidate faster on "
                          f"{sum(r > 1 for r in ratios)} of {len(ratios)} prompts.")
     _, why = verdict(results)
-    return "\n".join(lines + ["", "Verified per step: the tokens each target forward checked (the root included); "
+    return "\n".join(lines + depth_lines(results) + ["", "Verified per step: the tokens each target forward checked (the root included); "
                               "ms per step: a decode step's mean wall time (drafting, verification and bookkeeping). "
                               "Speed-up follows τ ÷ ms per step."] + category_lines(results)
                      + ["", f"Verdict: **{why}**.", ""])
+
+
+REACH_DEPTHS = 4  # the CPU's default tree drafts 3 levels; the copy chain goes deeper
+
+
+def depth_lines(results: dict) -> list[str]:
+    """Where τ is lost: for each head, the share of steps that accepted at least d drafted tokens, and of
+    those that reached depth d - 1, the share that went on (where the head's own predicted features start)."""
+    rows = []
+    for name, (_, runs) in results.items():
+        for head, run in runs.items():
+            if not run.accepted:
+                continue
+            reach = run.reach(REACH_DEPTHS)
+            went_on = [reach[0], *(b / a if a else None for a, b in zip(reach, reach[1:]))]
+            cells = (f"{r:.2f} ({g:.2f})" if g is not None else f"{r:.2f} (–)" for r, g in zip(reach, went_on))
+            rows.append(f"| {name} | {head} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    header = " | ".join(f"≥ {d}" for d in range(1, REACH_DEPTHS + 1))
+    return ["", "Acceptance by depth: the share of steps that accepted at least d drafted tokens (in brackets: of "
+                "the steps that reached d - 1, the share that went on to d):", "",
+            f"| prompts | head | {header} |", "|---|---|" + "---|" * REACH_DEPTHS, *rows]
 
 
 def category_lines(results: dict) -> list[str]:
