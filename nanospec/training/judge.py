@@ -144,17 +144,23 @@ def report(results: dict, heads: dict[str, str], command: str, machine: str, max
             lines.append(f"| {name} ({len(run.speedups)}) | {head} (`{heads[head]}`) | {ar_tps:.2f} | "
                          f"{run.speedup:.2f}× | {run.tau:.2f} | {run.verified_per_step:.1f} | {run.ms_per_step:.1f} | "
                          f"{run.identical}/{len(run.speedups)} |")
+    lines += ["", "Verified per step: the tokens each target forward checked (the root included); ms per step: a decode "
+                  "step's mean wall time (drafting, verification and bookkeeping). Speed-up follows τ ÷ ms per step."]
+    _, why = verdict(results)
+    return "\n".join(lines + paired_lines(results) + depth_lines(results) + category_lines(results)
+                     + ["", f"Verdict: **{why}**.", ""])
+
+
+def paired_lines(results: dict) -> list[str]:
+    """Per set, the two heads prompt by prompt: the median of `paired` and on how many prompts the candidate won."""
+    lines = []
     for name, (_, runs) in results.items():
         ratios = paired(runs["shipped"], runs["candidate"])
         if ratios:
-            lines.append(f"\n{name}, prompt by prompt (candidate ÷ shipped tokens/s, the two heads' runs of a prompt side by "
-                         f"side): median {statistics.median(ratios):.3f}×, candidate faster on "
-                         f"{sum(r > 1 for r in ratios)} of {len(ratios)} prompts.")
-    _, why = verdict(results)
-    return "\n".join(lines + depth_lines(results) + ["", "Verified per step: the tokens each target forward checked (the root included); "
-                              "ms per step: a decode step's mean wall time (drafting, verification and bookkeeping). "
-                              "Speed-up follows τ ÷ ms per step."] + category_lines(results)
-                     + ["", f"Verdict: **{why}**.", ""])
+            lines += ["", f"{name}, prompt by prompt (candidate ÷ shipped tokens/s, the two heads' runs of a prompt side "
+                          f"by side): median {statistics.median(ratios):.3f}×, candidate faster on "
+                          f"{sum(r > 1 for r in ratios)} of {len(ratios)} prompts."]
+    return lines
 
 
 REACH_DEPTHS = 4  # the CPU's default tree drafts 3 levels; the copy chain goes deeper
