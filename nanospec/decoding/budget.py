@@ -31,9 +31,12 @@ Calibrated acceptance, per request, by tree depth d (device tensors, no host rea
                `copy_branch.match_length`; a copy after a long match goes on as the context did more often);
   both         the larger of the two;
   retrieved    q = min(1, r_{m,d} · prob_i), r = (accepted_{m,d} + 2) / (predicted_{m,d} + 2): the store's
-               count / parent's count (retrieved_branch.py) corrected by how often retrieved nodes at that
-               depth were accepted, apart by the lookup's match length (m: <= 2, 3-4, 5+ tokens); a node that
-               retrieval proposed beside the head or the copy chain takes the larger chance.
+               count / parent's count (retrieved_branch.py) corrected by how often nodes that retrieval
+               proposed alone were accepted at that depth, apart by the lookup's match length (m: <= 2, 3-4,
+               5+ tokens); a node that retrieval proposed beside the head or the copy chain takes the larger
+               chance, and teaches only its other source's statistics (counting those nodes, which the
+               head or the copy chain also chose and which are accepted far more often, made retrieved
+               nodes look likelier than they were: the budget then verified too many).
 A node is "tried" when its parent was accepted; only tried nodes teach the statistics.
 
 On a CPU the engine drops the nodes it does not keep (and the drafter stops early when no frontier
@@ -220,9 +223,9 @@ class DraftBudget:
         c = self._copy_index(tree, d)
         self.copy_tried.index_add_(0, c, copy.to(acc.dtype))
         self.copy_acc.index_add_(0, c, acc * copy)
-        if tree.retrieved_prob is not None:  # retrieval proposed it (alone or beside another source)
+        if tree.retrieved_prob is not None:  # retrieval proposed it alone (module doc)
             rp = tree.retrieved_prob.to(acc.dtype)
-            retr = tried & (rp > 0)
+            retr = tried & (src == RETRIEVED) & (rp > 0)
             r = self._retrieved_index(tree, d)
             self.retr_pred.index_add_(0, r, rp * retr)
             self.retr_acc.index_add_(0, r, acc * retr)
