@@ -15,7 +15,9 @@ from nanospec.decoding.budget import DraftBudget
 from nanospec.decoding.copy_branch import HEAD, PAD, RETRIEVED, ROOT
 from nanospec.decoding.cost_curve import CostCurve
 from nanospec.decoding.engine import SpecEngine
-from nanospec.decoding.retrieved_branch import RetrievedBranch, load_retrieval, merge_retrieved
+from nanospec.decoding.copy_branch import drop_pad_nodes
+from nanospec.decoding.retrieved_branch import (RetrievedBranch, load_retrieval, merge_retrieved,
+                                                merge_retrieved_on_host)
 from nanospec.decoding.tree import DraftTree
 from nanospec.retrieval import RetrievalIndex, SuffixStore, load_store, save_store
 from nanospec.timing import PhaseTimer
@@ -165,6 +167,47 @@ def test_merge_shares_nodes_the_tree_has_and_remaps_parents():
     small = branch.extend(tree, _AllIn(), PhaseTimer("cpu"), fixed_shape=False)  # a CPU drops the PAD slots
     assert small.tokens.tolist() == [7, 1, 2, 5, 4, 3] and small.parents.tolist() == [-1, 0, 1, 0, 1, 2]
     assert small.retrieved_prob.shape[0] == 6
+
+
+def _same_tree(a: DraftTree, b: DraftTree) -> None:
+    for name in ("tokens", "parents", "depths", "scores", "in_active", "sources", "ancestors", "copy_match",
+                 "retrieved_prob", "retrieved_match"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert x.dtype == y.dtype and torch.equal(x, y), name
+
+
+class _Some:
+    """Even ids are in the active set."""
+
+    def contains(self, ids):
+        return ids % 2 == 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_host_merge_equals_the_tensor_merge_without_pad_slots(seed):
+    # random drafted trees (a few tokens, so the store's continuations often meet the tree's nodes) and
+    # random stores: a CPU's merge on host lists must give the tensor merge's tree, PAD slots dropped
+    g = torch.Generator().manual_seed(seed)
+    t = int(torch.randint(2, 12, (1,), generator=g))
+    parents = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, t)]
+    tree = _tree(torch.randint(0, 5, (t,), generator=g).tolist(), parents)
+    tree.scores = -torch.rand(t, generator=g).cumsum(0) * (tree.depths > 0)
+    if seed % 2:  # a tree that already went through the copy chain: its own sources and probabilities
+        tree.sources = torch.where(tree.depths > 0, HEAD, ROOT)
+        tree.retrieved_prob = torch.rand(t, generator=g) * (tree.depths > 0)
+    docs = [torch.randint(0, 5, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(8)]
+    branch = _branch(docs, n_nodes=int(torch.randint(1, 9, (1,), generator=g)), depth=4)
+    branch.begin(docs[0][:2], int(tree.tokens[0]))
+    found = branch.lookup()
+    if len(found) == 0:
+        assert branch.extend(tree, _Some(), PhaseTimer("cpu")) is tree
+        return
+    expected = drop_pad_nodes(merge_retrieved(tree, branch._upload(found), branch.depth, _Some()))
+    _same_tree(merge_retrieved_on_host(tree, found, _Some()), expected)
+    _same_tree(branch.extend(tree, _Some(), PhaseTimer("cpu")), expected)
 
 
 def test_no_match_adds_only_pad_slots():
