@@ -93,3 +93,20 @@ def test_hf_generate_runs_on_the_model_it_is_given(engine, prompts, tiny_pair):
     assert hf["n_prompts"] == 2 and hf["new_tokens"] == 12
     assert len(calls) >= 2 * 6  # one forward per generated token at least, on the stock copy
     assert not any(type(m).__name__ in ("PackedLinear", "FusedRMSNorm") for m in stock.modules())
+
+
+def test_compare_reports_the_draft_budgets_calibration(engine, prompts, capsys):
+    """Per budgeted row: the tokens a step its kept trees were expected to bring against those they brought
+    (each step's accepted drafts + the bonus), printed under the table; none without the budget."""
+    from nanospec.cli.report import print_table
+    table = compare(engine, prompts[:2], ["nanospec"], {"max_new_tokens": 12}, budgets=(False, True))
+    rows = {r["method"]: r for r in table}
+    assert set(rows) == {"ar", "nanospec", "nanospec+budget"}
+    assert rows["ar"]["budget_expected"] is None and rows["nanospec"]["budget_expected"] is None
+    budgeted = rows["nanospec+budget"]
+    assert budgeted["budget_expected"] >= 1.0 and budgeted["budget_brought"] >= 1.0
+    assert budgeted["budget_brought"] == pytest.approx(budgeted["tau"], rel=0.2)  # the last step may be cut
+    print_table("header", table)
+    out = capsys.readouterr().out
+    assert f"expected to bring {budgeted['budget_expected']:.2f} tokens a step" in out
+    assert f"and brought {budgeted['budget_brought']:.2f}" in out

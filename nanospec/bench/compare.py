@@ -43,6 +43,9 @@ class MethodRows:
     budget_ms: list[float] = dataclasses.field(default_factory=list)  # per decode step: the draft budget's own time
     step_ms: list[float] = dataclasses.field(default_factory=list)  # per decode step: wall time
     verified: list[int] = dataclasses.field(default_factory=list)  # per decode step: tree nodes verified
+    # per budgeted decode step: the tokens the kept tree was expected to bring, and brought (the bonus included)
+    expected: list[float] = dataclasses.field(default_factory=list)
+    brought: list[int] = dataclasses.field(default_factory=list)
     new_tokens: int = 0
     peer: dict | None = None  # an outside engine's row (bench.peers): its τ, settings and counters
 
@@ -191,6 +194,9 @@ def _record(row: MethodRows, result) -> None:
     row.budget_ms += [e.phases.get("budget", 0.0) for e in decode]
     row.step_ms += [e.wall_ms for e in decode]
     row.verified += [len(e.tree_tokens) for e in decode]
+    budgeted = [e for e in decode if e.expected_tokens is not None]
+    row.expected += [e.expected_tokens for e in budgeted]
+    row.brought += [len(e.accepted_tokens) + 1 for e in budgeted]
     row.new_tokens += s.new_tokens
 
 
@@ -249,6 +255,9 @@ def _table(rows: dict[str, MethodRows], greedy: bool, vocab_size: int) -> list[d
             # share of the step's (0 without the budget)
             "mean_verified": metrics.mean(r.verified) if drafts else None,
             "budget_share": sum(r.budget_ms) / sum(r.step_ms) if drafts and sum(r.step_ms) else None,
+            # the draft budget's calibration: tokens a step its kept trees were expected to bring, and brought
+            "budget_expected": metrics.mean(r.expected) if drafts and r.expected else None,
+            "budget_brought": metrics.mean(r.brought) if drafts and r.brought else None,
             **({"peer": r.peer} if r.peer else {}),
         })
     return table

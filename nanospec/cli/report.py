@@ -19,8 +19,9 @@ def print_run(info, method: str, s, stream: bool) -> None:
 
 
 def print_table(header: str, table: list[dict]) -> None:
-    """A table of runs under its header line, then the draft budget's own share of a step per row that
-    had one, and a warning line per row whose timings cannot be trusted (`bench.trust`)."""
+    """A table of runs under its header line, then per row that had a draft budget its own share of a step
+    and its calibration (tokens a step expected against brought), and a warning line per row whose timings
+    cannot be trusted (`bench.trust`)."""
     from nanospec.bench.compare import format_table
     from nanospec.bench.trust import trust_warnings
     print(file=sys.stderr)
@@ -28,7 +29,11 @@ def print_table(header: str, table: list[dict]) -> None:
     print(format_table(table))
     for row in table:
         if row.get("budget_share"):
-            print(f"{row['method']}: the draft budget's own time is {100 * row['budget_share']:.1f}% of a step")
+            line = f"{row['method']}: the draft budget's own time is {100 * row['budget_share']:.1f}% of a step"
+            if row.get("budget_expected") is not None:
+                line += (f"; its kept trees were expected to bring {row['budget_expected']:.2f} tokens a step "
+                         f"and brought {row['budget_brought']:.2f}")
+            print(line)
     for line in trust_warnings(table):
         print(line)
 
