@@ -12,10 +12,9 @@ import torch
 from nanospec.bench.random_pair import random_head, random_target, random_target_config
 from nanospec.config import METHODS, GenerationConfig
 from nanospec.decoding.budget import DraftBudget
-from nanospec.decoding.copy_branch import HEAD, PAD, RETRIEVED, ROOT
+from nanospec.decoding.copy_branch import HEAD, PAD, RETRIEVED, ROOT, drop_pad_nodes
 from nanospec.decoding.cost_curve import CostCurve
 from nanospec.decoding.engine import SpecEngine
-from nanospec.decoding.copy_branch import drop_pad_nodes
 from nanospec.decoding.retrieved_branch import (RetrievedBranch, load_retrieval, merge_retrieved,
                                                 merge_retrieved_on_host)
 from nanospec.decoding.tree import DraftTree

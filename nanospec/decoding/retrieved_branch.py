@@ -15,7 +15,8 @@ bonus, which the step's one read has already brought to the host), so it adds no
 Its result goes to the device in one packed host->device copy (from pinned memory, asynchronous, on
 CUDA), and the merge is tensor code of a fixed shape: the merged tree always has T + N nodes, the
 unused slots being PAD nodes (duplicates of node 1 under the root, never accepted: see
-copy_branch.py), which a CPU then drops unless `fixed_shape`.
+copy_branch.py). A CPU without `fixed_shape` merges on host lists instead and makes no PAD slots
+(`merge_retrieved_on_host`: the same tree as the tensor merge with its PAD slots dropped).
 
     RetrievedBranch(index, n_nodes, depth, min_match, device)   per request:
         begin(prompt_ids, first_token)       at prefill (host ids)
@@ -101,8 +102,8 @@ class RetrievedBranch:
         return self.last
 
     def extend(self, tree: DraftTree, vocab, timer: PhaseTimer, fixed_shape: bool = False) -> DraftTree:
-        """The tree with the retrieved trie merged in (T + N nodes; on a CPU the PAD slots are then
-        dropped unless `fixed_shape`; any other device keeps the fixed shape)."""
+        """The tree with the retrieved trie merged in: T + N nodes with a fixed shape (any device but a
+        CPU, or `fixed_shape`), else only the nodes it adds, merged on the host."""
         with timer.phase("retrieval_lookup"):
             found = self.lookup()
             if fixed_shape or self.device.type != "cpu":
@@ -129,8 +130,7 @@ def merge_retrieved(tree: DraftTree, packed: torch.Tensor, max_depth: int, vocab
     """The tree [T] plus the retrieved trie (`packed` [7, N], see `RetrievedBranch._upload`) as N more
     nodes [T + N], parents first. Tensor code with a fixed shape: nothing reads the device."""
     t, n, dev = len(tree), int(packed.shape[1]), tree.tokens.device
-    if t < 2:
-        raise ValueError("the retrieved branch needs a drafted tree with at least one node besides the root")
+    old_src, old_prob = _merge_inputs(tree)
     tok, par, dep = packed[TOK].long(), packed[PAR].long(), packed[DEP].long()
     prob, valid = packed[PROB].to(tree.scores.dtype), packed[VALID] > 0
     j = torch.arange(n, device=dev)
@@ -149,9 +149,7 @@ def merge_retrieved(tree: DraftTree, packed: torch.Tensor, max_depth: int, vocab
     real = valid & ~matched                                                  # [N] a new node
     in_active = torch.where(real, vocab.contains(tok).to(torch.bool), tree.in_active[1])
     scores = torch.where(real, torch.log(packed[PATH].clamp(min=1e-9)).to(tree.scores.dtype), tree.scores[1])
-    old_src = tree.sources if tree.sources is not None else torch.where(tree.depths > 0, HEAD, ROOT)
     # a node of the tree that retrieval also proposed keeps its label and records its retrieval probability
-    old_prob = tree.retrieved_prob if tree.retrieved_prob is not None else torch.zeros_like(tree.scores)
     hit_prob = torch.zeros_like(old_prob).scatter_reduce(0, torch.where(matched, mapped, 0),
                                                          torch.where(matched, prob, 0.0), reduce="amax")
     parents = torch.cat([tree.parents, torch.where(real, parent, torch.zeros_like(parent))])
@@ -170,8 +168,7 @@ def merge_retrieved_on_host(tree: DraftTree, found: RetrievedTree, vocab) -> Dra
     Nodes come in the lookup's order (parents first); one whose token already sits under its (merged)
     parent records its probability there, the others are appended."""
     t = len(tree)
-    if t < 2:
-        raise ValueError("the retrieved branch needs a drafted tree with at least one node besides the root")
+    old_src, old_prob = _merge_inputs(tree)
     tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
     at: dict[tuple[int, int], int] = {}
     for i in range(t - 1, 0, -1):  # the earliest node wins, as merge_retrieved's argmax
@@ -192,26 +189,33 @@ def merge_retrieved_on_host(tree: DraftTree, found: RetrievedTree, vocab) -> Dra
             hits.setdefault(node, j)
     dtype, dev = tree.scores.dtype, tree.tokens.device
     prob = torch.from_numpy(np.asarray(found.probs, dtype=np.float64)).to(dtype)
-    old_prob = tree.retrieved_prob if tree.retrieved_prob is not None else torch.zeros_like(tree.scores)
     rp = old_prob.clone()
     for node, j in hits.items():
         rp[node] = torch.maximum(rp[node], prob[j])
-    sel = torch.tensor(new, dtype=torch.long)
-    new_tokens = torch.from_numpy(np.asarray(found.tokens, dtype=np.int64))[sel].to(dev)
+    sel = np.asarray(new, dtype=np.int64)
+    new_tokens = torch.from_numpy(np.asarray(found.tokens[sel], dtype=np.int64)).to(dev)
     n = len(new)
     anc = torch.zeros(t + n, t + n, dtype=torch.bool)
     anc[:t, :t] = tree.ancestors
     for k, par in enumerate(new_parents):
         anc[t + k] = anc[par]
         anc[t + k, t + k] = True
-    path = torch.from_numpy(np.asarray(found.path_probs, dtype=np.float64))[sel]
-    old_src = tree.sources if tree.sources is not None else torch.where(tree.depths > 0, HEAD, ROOT)
+    path = torch.from_numpy(np.asarray(found.path_probs[sel], dtype=np.float64))
     return DraftTree(tokens=torch.cat([tree.tokens, new_tokens]),
                      parents=torch.cat([tree.parents, torch.tensor(new_parents, dtype=tree.parents.dtype)]),
-                     depths=torch.cat([tree.depths, torch.from_numpy(np.asarray(found.depths, dtype=np.int64))[sel]]),
+                     depths=torch.cat([tree.depths, torch.from_numpy(np.asarray(found.depths[sel], dtype=np.int64))]),
                      scores=torch.cat([tree.scores, torch.log(path.clamp(min=1e-9)).to(dtype)]),
                      in_active=torch.cat([tree.in_active, vocab.contains(new_tokens).to(torch.bool)]),
                      sources=torch.cat([old_src, torch.full((n,), RETRIEVED, dtype=old_src.dtype)]),
                      ancestors=anc.to(dev), copy_match=tree.copy_match,
-                     retrieved_prob=torch.cat([rp, prob[sel]]),
+                     retrieved_prob=torch.cat([rp, prob[torch.from_numpy(sel)]]),
                      retrieved_match=torch.tensor(found.match_length, dtype=torch.long))
+
+
+def _merge_inputs(tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both merges: the drafted tree's node sources and retrieval probabilities (defaults when it has none)."""
+    if len(tree) < 2:
+        raise ValueError("the retrieved branch needs a drafted tree with at least one node besides the root")
+    sources = tree.sources if tree.sources is not None else torch.where(tree.depths > 0, HEAD, ROOT)
+    prob = tree.retrieved_prob if tree.retrieved_prob is not None else torch.zeros_like(tree.scores)
+    return sources, prob
