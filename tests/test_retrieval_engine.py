@@ -253,6 +253,34 @@ def test_budget_prices_retrieved_nodes_and_learns_from_tried_ones():
     assert q[5] < p[5]  # node 5 was tried and rejected: retrieved nodes at its depth now cost their chance
 
 
+def test_the_lesson_tap_shows_the_chances_the_budget_priced_with_the_branch(engine, answers, tmp_path):
+    """The lesson's budget tap recomputes each step's chances from the statistics as the step began; with
+    the retrieved branch on, the retrieval statistics are among them: the kept nodes' chances sum to the
+    tokens the step expected (what `select` itself summed)."""
+    from nanospec.lesson.budget_trace import BudgetTap
+    every, refs = answers
+    g = torch.Generator().manual_seed(3)
+    # stored answers right for 2 tokens, then wrong and right by turns: retrieved nodes are rejected often,
+    # so the retrieval statistics change from step to step
+    docs = [p + [t if (i < 2 or i % 2) else int(torch.randint(0, engine.vocab_size, (1,), generator=g))
+                 for i, t in enumerate(r)] for p, r in zip(every[:6], refs[:6])]
+    engine.retrieval = store_index(tmp_path, docs)
+    engine.use_cost_curve(STEEP)
+    checked = 0
+    for prompt, ref in zip(every[:6], refs[:6]):
+        with BudgetTap(engine) as tap:
+            out = engine.generate(prompt, method="nanospec", max_new_tokens=16, retrieval_nodes=6, copy_branch=0,
+                                  budget=True, **SMALL)
+        assert out.token_ids == ref
+        for e, entry in zip(out.events, tap.steps(out.events)):
+            if entry is None:
+                continue
+            kept = sum(p for p, k in zip(entry["p"], entry["kept"]) if k)
+            assert kept == pytest.approx(e.expected_tokens, abs=1e-3), f"step {e.step}"
+            checked += any(0 < p < 1 for p, src in zip(entry["p"], entry["sources"]) if src == "retrieved")
+    assert checked > 0, "no retrieved node was uncertain: the test would not exercise the statistics"
+
+
 # -- sampling keeps the target's distribution ------------------------------------------------------------
 V = 16
 

@@ -34,7 +34,7 @@ class _Before:
     """The budget as a step starts: what its `select` reads."""
 
     budget: DraftBudget
-    stats: tuple[torch.Tensor, ...]   # head_pred, head_acc, copy_tried, copy_acc (copies)
+    stats: tuple[torch.Tensor, ...]   # the statistics of `BudgetTap.STATS` (copies)
     threshold: float
     rate: float                       # λ, the request's tokens per ms
     explore: bool                     # the likeliest node is verified anyway (after plain steps)
@@ -43,7 +43,7 @@ class _Before:
 class BudgetTap:
     """Listens to the draft budget of the runs decoded inside its `with` block (one run at a time)."""
 
-    STATS = ("head_pred", "head_acc", "copy_tried", "copy_acc")
+    STATS = ("head_pred", "head_acc", "copy_tried", "copy_acc", "retr_pred", "retr_acc")
 
     def __init__(self, engine):
         self.engine = engine
