@@ -41,6 +41,19 @@ def _fill_defaults(a, device) -> None:
         setattr(a, opt.name, [value] if opt.cli == "list" else on_off(value) if opt.cli == "switch" else value)
 
 
+def _variants(a) -> dict[str, tuple]:
+    """The list options given more than one value ({name: values}): compare and sweep run each
+    combination as a row of its own; generate refuses them."""
+    return {o.name: tuple(getattr(a, o.name)) for o in OPTIONS.values()
+            if o.cli == "list" and getattr(a, o.name, None) is not None and len(getattr(a, o.name)) > 1}
+
+
+def _list_values(a) -> str:
+    """The header's words for the list options: 'copy branch 0,10 | retrieval nodes 0'."""
+    return " | ".join(f"{o.name.replace('_', ' ')} {','.join(map(str, getattr(a, o.name)))}"
+                      for o in OPTIONS.values() if o.cli == "list")
+
+
 def _decode_options(a) -> dict:
     """The run's flat options from the parsed flags (filled by `_fill_defaults`): a list's first value
     (compare and sweep run the others as rows of their own), a switch's 'on' as True."""
@@ -85,8 +98,8 @@ def _prompt_items(a, own_split: str | None = None) -> list[dict]:
 
 def cmd_generate(a) -> int:
     from nanospec.data.prompts import load_prompts, prompt_input
-    if a.copy_branch and len(a.copy_branch) > 1:
-        raise ValueError("generate takes one --copy-branch value")
+    if _variants(a):
+        raise ValueError("generate takes one " + " and one ".join(f"--{n.replace('_', '-')} value" for n in _variants(a)))
     if a.budget == "both":
         raise ValueError("generate takes --budget on or off ('both' is for compare)")
     engine, info = _load(a)
@@ -125,15 +138,14 @@ def cmd_compare(a) -> int:
     prompts = [prompt_input(item) for item in items]
     options = _decode_options(a)
     table = compare(engine, prompts, methods, options, prompt_lookup=a.prompt_lookup,
-                    progress=_prompt_progress, repeat=a.repeat, copy_branches=a.copy_branches,
+                    progress=_prompt_progress, repeat=a.repeat, variants=_variants(a),
                     budgets=(False, True) if a.budget == "both" else (), peer=_peer_runner(peer, a, engine, info),
                     hf_generate=a.hf_generate is not None, hf_model=_stock_model(a, info))
     report.print_table(
         f"target {info.target} (V={info.vocab_size}, H={info.hidden_size}) | head {info.head} ({info.head_family}) | "
         f"device {info.device} {info.dtype} | {len(prompts)} prompts x {a.repeat} | "
         f"max_new_tokens {a.max_new_tokens} | tree depth {a.depth} top_k {a.top_k} total {a.total_tokens} | "
-        f"temperature {a.temperature} | copy branch "
-        f"{','.join(map(str, a.copy_branches or [options['copy_branch']]))} (ngram {a.copy_ngram})", table)
+        f"temperature {a.temperature} | {_list_values(a)} | copy ngram {a.copy_ngram}", table)
     report.print_peer(peer, table)
     report.print_categories_and_memory(table, [item.get("category", "-") for item in items])
     return report.save_and_check(table, a.json, a.temperature)
@@ -149,7 +161,7 @@ def cmd_sweep(a) -> int:
     trees = parse_tree_settings(a.trees)
     prompts = [prompt_input(item) for item in _prompt_items(a, own_split="heldout")]
     table = sweep(engine, prompts, a.method, trees, _decode_options(a), progress=_prompt_progress, repeat=a.repeat,
-                  copy_branches=a.copy_branches)
+                  variants=_variants(a))
     report.print_table(
         f"target {info.target} | head {info.head} | device {info.device} {info.dtype} | {len(prompts)} prompts "
         f"x {a.repeat} | max_new_tokens {a.max_new_tokens} | {a.method} at depth x top_k x total_tokens", table)
@@ -288,9 +300,6 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
         return importlib.import_module(f"nanospec.{FORWARDED[argv[0]]}").main(argv[1:])
     args = build_parser().parse_args(argv)
-    # compare and sweep run each --copy-branch length given as its own row; none given: one row per
-    # method at the device's default length
-    args.copy_branches = tuple(getattr(args, "copy_branch", None) or ())
     try:
         return args.func(args)
     except ValueError as exc:

@@ -33,7 +33,7 @@ class Option:
     control's short name (None: the name, spaced).
 
     `cli` says how the command line takes it: "value" (`--name X`), "list" (`--name A,B`: compare and
-    sweep run each value), "flag" (`--name` sets True), "switch" (`--name on|off|both`: compare runs
+    sweep run each value, `tag` naming the rows), "flag" (`--name` sets True), "switch" (`--name on|off|both`: compare runs
     both), "none" (no decoding flag: the subcommands declare it their own way, or not at all)."""
 
     name: str
@@ -51,6 +51,7 @@ class Option:
     ui_step: float | None = None
     label: str | None = None
     cli: str = "value"
+    tag: str | None = None  # a "list" option's mark in a result row's name: `nanospec+copy10`
 
     def __post_init__(self):
         if self.config not in CONFIGS:
@@ -59,6 +60,8 @@ class Option:
             raise ValueError(f"option {self.name!r}: cli must be one of {CLI_KINDS}; got {self.cli!r}")
         if (self.cli in ("flag", "switch")) != (self.type is bool) and self.cli != "none":
             raise ValueError(f"option {self.name!r}: a bool takes cli 'flag' or 'switch', other types neither")
+        if (self.cli == "list") != bool(self.tag):
+            raise ValueError(f"option {self.name!r}: a 'list' option, and only one, names its rows with a tag")
         if self.cli == "flag" and (self.default is not False or self.per_device):
             raise ValueError(f"option {self.name!r}: a 'flag' turns on an option that is off on every device")
         for value in (self.default, self.cuda):
@@ -135,13 +138,14 @@ _TABLE = [
     # branch", "Draft budget") and have not been measured on a GPU: off there
     Option("copy_branch", "tree", int, "tree methods: add the context-copy chain (prompt lookup over the prompt "
            "and the answer so far) of up to N tokens to every draft tree, 0 = off", 10, cuda=0, lo=0, hi=64,
-           ui=(0, 16), label="copy branch: prompt-lookup tokens added to the tree (0 = off)", cli="list"),
+           ui=(0, 16), label="copy branch: prompt-lookup tokens added to the tree (0 = off)", cli="list",
+           tag="copy"),
     Option("copy_ngram", "tree", int, "copy branch: longest n-gram matched (then shorter ones, as transformers' "
            "prompt lookup)", 2, lo=1, hi=16),
     # drafts retrieved from the target's own past answers (nanospec/retrieval): off until measured
     Option("retrieval_nodes", "tree", int, "tree methods: add up to N nodes retrieved from the pair's store of the "
            "target's past answers (the longest match of the recent context, count-weighted), 0 = off", 0,
-           lo=0, hi=64, ui=(0, 32), label="retrieved nodes added to the tree (0 = off)"),
+           lo=0, hi=64, ui=(0, 32), label="retrieved nodes added to the tree (0 = off)", cli="list", tag="retr"),
     Option("retrieval_depth", "tree", int, "retrieval: continuation tokens read per occurrence (the branch's "
            "depth)", 6, lo=1, hi=16),
     Option("retrieval_min_match", "tree", int, "retrieval: shortest context match (in tokens) that proposes "

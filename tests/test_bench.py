@@ -57,14 +57,29 @@ def test_resident_split_reads_proc_status():
 
 def test_compare_and_sweep_run_each_copy_branch_length(engine, prompts):
     repeating = [p[:6] * 4 for p in prompts[:2]]
-    table = compare(engine, repeating, ["nanospec"], {"max_new_tokens": 12}, copy_branches=(0, 3))
+    table = compare(engine, repeating, ["nanospec"], {"max_new_tokens": 12}, variants={"copy_branch": (0, 3)})
     assert [r["method"] for r in table] == ["ar", "nanospec", "nanospec+copy3"]
     assert all(r["identical_to_ar"] is True for r in table)
     assert table[1]["accepted_share"] is None or not table[1]["accepted_share"].get("copy")
     assert "nanospec+copy3" in format_table(table)
-    rows = sweep(engine, repeating, "full", [(2, 2, 4)], {"max_new_tokens": 12}, copy_branches=(0, 2))
+    rows = sweep(engine, repeating, "full", [(2, 2, 4)], {"max_new_tokens": 12}, variants={"copy_branch": (0, 2)})
     assert [r["method"] for r in rows] == ["ar", "full 2x2x4", "full 2x2x4+copy2"]
     assert all(r["identical_to_ar"] is True for r in rows)
+
+
+def test_compare_runs_every_combination_of_the_varied_list_options(engine, prompts, monkeypatch):
+    """Two list options varied at once (the copy chain and the retrieved branch): one row per combination,
+    each run with its own values, ar once."""
+    seen = {}
+    real = engine.generate
+    monkeypatch.setattr(engine, "generate", lambda p, cfg: seen.setdefault(cfg.method, set()).add(
+        (cfg.tree.copy_branch, cfg.tree.retrieval_nodes)) or real(p, cfg))
+    table = compare(engine, prompts[:1], ["nanospec"], {"max_new_tokens": 6},
+                    variants={"copy_branch": (0, 4), "retrieval_nodes": (0, 8)})
+    assert [r["method"] for r in table] == ["ar", "nanospec", "nanospec+retr8", "nanospec+copy4",
+                                            "nanospec+copy4+retr8"]
+    assert seen["nanospec"] == {(0, 0), (0, 8), (4, 0), (4, 8)}
+    assert all(r["identical_to_ar"] is True for r in table)
 
 
 def test_compare_times_transformers_generate_as_a_reference_row(engine, prompts):

@@ -152,6 +152,9 @@ def test_every_existing_decoding_flag_keeps_its_name_and_kind(capsys):
     assert "copy_branch must be an integer in [0, 64]; got 65" in capsys.readouterr().err
     assert cli.main(["generate", "x", "--copy-branch", "3,4"]) == 2
     assert "generate takes one --copy-branch value" in capsys.readouterr().err
+    assert cli.main(["generate", "x", "--copy-branch", "3,4", "--retrieval-nodes", "0,8"]) == 2
+    assert "generate takes one --copy-branch value and one --retrieval-nodes value" in capsys.readouterr().err
+    assert _parse(["compare", "--retrieval-nodes", "0,8"]).retrieval_nodes == [0, 8]
     assert cli.main(["generate", "x", "--budget", "both"]) == 2
 
 

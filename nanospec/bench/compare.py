@@ -10,6 +10,7 @@ per prompt (`per_prompt_tau`, `per_prompt_speedup`) for the JSON.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import resource
 import statistics
 import time
@@ -23,6 +24,7 @@ from nanospec.bench.trust import assess_trust
 from nanospec.timing import metered
 from nanospec.config import GenerationConfig
 from nanospec.decoding.engine import SpecEngine
+from nanospec.options import OPTIONS
 
 
 @dataclass
@@ -50,19 +52,29 @@ class MethodRows:
     peer: dict | None = None  # an outside engine's row (bench.peers): its τ, settings and counters
 
 
-def row_name(base: str, copy_branch: int | None = None, budget: bool | None = None) -> str:
-    """A result row's name, the same in `compare` and `sweep`: `base`, then `+copyN` for a copy-branch
-    length N > 0 and `+budget` for the draft budget on (each only when that run varies it)."""
-    return base + (f"+copy{copy_branch}" if copy_branch else "") + ("+budget" if budget else "")
+def row_name(base: str, variant: dict | None = None, budget: bool | None = None) -> str:
+    """A result row's name, the same in `compare` and `sweep`: `base`, then the option's tag and value
+    for each option of `variant` (those the run varies) set above 0 (`+copy10`, `+retr8`), and
+    `+budget` for the draft budget on (when that run varies it)."""
+    tags = "".join(f"+{OPTIONS[name].tag}{value}" for name, value in (variant or {}).items() if value)
+    return base + tags + ("+budget" if budget else "")
+
+
+def variants_of(values: dict[str, tuple]) -> list[dict]:
+    """Every combination of the run's varied list options ({name: values}): [{name: value, ...}, ...],
+    in the order given; [{}] when none is varied."""
+    names = list(values)
+    return [dict(zip(names, combo)) for combo in itertools.product(*(values[n] for n in names))]
 
 
 def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict,
-            prompt_lookup: int = 0, progress=None, repeat: int = 1, copy_branches: tuple[int, ...] = (),
+            prompt_lookup: int = 0, progress=None, repeat: int = 1, variants: dict[str, tuple] | None = None,
             budgets: tuple[bool, ...] = (), peer=None, hf_generate: bool = False, hf_model=None) -> list[dict]:
     """Run `methods` (ar first, added if missing) on every prompt; return one dict per method.
 
-    `copy_branches`: run every tree method once per copy-branch length N (row `method+copyN`,
-    plain `method` for N = 0); empty = once, with `options`' own `copy_branch`.
+    `variants`: list options to vary ({name: values}, e.g. {"copy_branch": (0, 10), "retrieval_nodes":
+    (0, 8)}): every tree method runs once per combination (rows `method+copy10+retr8`, a value 0 leaving
+    its tag out); none = once, with `options`' own values.
     `budgets`: run every tree method with the draft budget off and/or on (row `method+budget` when
     on and both are asked for); empty = `options`' own `budget`.
     `peer`: an outside engine (`bench.peers.VllmPeer`), called once with every prompt's token ids after
@@ -73,24 +85,23 @@ def compare(engine: SpecEngine, prompts: list, methods: list[str], options: dict
     methods = ["ar"] + [m for m in methods if m != "ar"]
     configs = {}
     for m in methods:
-        for n in (copy_branches if copy_branches and m != "ar" else (None,)):
+        for v in (variants_of(variants or {}) if m != "ar" else [{}]):
             for b in (budgets if len(budgets) > 1 and m != "ar" else (None,)):
-                opts = options if n is None else {**options, "copy_branch": n}
-                opts = opts if b is None else {**opts, "budget": b}
-                configs[row_name(m, n, b)] = GenerationConfig.build(m, **opts)
+                opts = {**options, **v} if b is None else {**options, **v, "budget": b}
+                configs[row_name(m, v, b)] = GenerationConfig.build(m, **opts)
     reference = (hf_model if hf_model is not None else engine.model) if hf_generate else None
     return _interleaved(engine, prompts, configs, prompt_lookup, progress, repeat, peer, reference)
 
 
 def sweep(engine: SpecEngine, prompts: list, method: str, trees: list[tuple[int, int, int]], options: dict,
-          progress=None, repeat: int = 1, copy_branches: tuple[int, ...] = ()) -> list[dict]:
-    """`method` at several tree sizes (depth, top_k, total_tokens), each at every copy-branch length
-    in `copy_branches` (empty = `options`' own), against ar, same run, interleaved."""
+          progress=None, repeat: int = 1, variants: dict[str, tuple] | None = None) -> list[dict]:
+    """`method` at several tree sizes (depth, top_k, total_tokens), each with every combination of
+    `variants` (as `compare`'s), against ar, same run, interleaved."""
     configs = {"ar": GenerationConfig.build("ar", **options)}
     for depth, top_k, total in trees:
-        for n in copy_branches or (options.get("copy_branch", 0),):
-            configs[row_name(f"{method} {depth}x{top_k}x{total}", n)] = GenerationConfig.build(
-                method, **{**options, "depth": depth, "top_k": top_k, "total_tokens": total, "copy_branch": n})
+        for v in variants_of(variants or {}):
+            configs[row_name(f"{method} {depth}x{top_k}x{total}", v)] = GenerationConfig.build(
+                method, **{**options, **v, "depth": depth, "top_k": top_k, "total_tokens": total})
     return _interleaved(engine, prompts, configs, 0, progress, repeat)
 
 
