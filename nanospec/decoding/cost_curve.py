@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from nanospec.decoding.attention import attention_name
-from nanospec.loaders.cpu_linear import packed_kernel
+from nanospec.loaders.cpu_linear import one_row_mode, packed_kernel
 from nanospec.timing import MIN_CPU_SHARE, metered
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,8 @@ def curve_key(model, device: torch.device, packed: bool) -> dict:
     return {"version": CURVE_VERSION, "model": str(getattr(cfg, "_name_or_path", "") or type(model).__name__),
             "config": hashlib.sha256(conf.encode()).hexdigest()[:16], "dtype": str(next(model.parameters()).dtype),
             "device": f"{dev.type}:{name}", "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "packed": packed_kernel() if packed else False,
+            "packed": (packed_kernel() if packed_kernel() == "mkl" else f"onednn, one row {one_row_mode()}")
+            if packed else False,
             "attention": attention_name(model)}
 
 

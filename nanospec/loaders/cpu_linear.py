@@ -12,12 +12,14 @@ result does not depend on how many rows come with it there. That last property i
 A single row (a plain decoding step, a one-token drafter update) goes where its bits match the rows of a
 verified tree, so that `ar` and verification agree exactly and `ar` gets the fastest one-row path:
 - with MKL's kernel, to `F.linear` (MKL's sgemm), as fast or faster at one row on the Xeons measured;
-- with oneDNN's, to the packed kernel as four copies of itself: oneDNN's one-row path sums the MLP's down
-  projection (576 x 1536) in another order than its several-row path, while any count of two or more
-  rows gives a row the same bits (`F.linear` also gives a row other bits than oneDNN's several rows).
-  Four, not two: oneDNN is slower below four rows; on an AMD EPYC plain decoding of one prompt (96
-  tokens, two runs each) ran at 17.6-17.9 tok/s with four copies, 15.0-15.6 with two and 14.9-15.1 on
-  `F.linear`.
+- with oneDNN's, to the packed kernel: alone where its one-row path gives a row the bits its several-row
+  path does at that layer's shape (`onednn_one_row_stable`, probed once per shape: so on an AMD EPYC with
+  AVX2 only, where plain decoding ran 1.14x faster than with copies), else as four copies of itself: on an
+  AMD EPYC where oneDNN's one-row path summed the MLP's down projection (576 x 1536) in another order,
+  while any count of two or more rows gives a row the same bits (`F.linear` also gives a row other bits
+  than oneDNN's several rows). Four, not two: there oneDNN was slower below four rows; plain decoding of
+  one prompt (96 tokens, two runs each) ran at 17.6-17.9 tok/s with four copies, 15.0-15.6 with two and
+  14.9-15.1 on `F.linear`.
 `python -m nanospec.loaders.cpu_linear` measures the kernels on this machine (docs/benchmarks.md,
 "Linear kernels", has runs).
 
@@ -94,14 +96,45 @@ def mkl_rows_stable() -> bool:
                    for n in (2, 3, 4, 9, 16))
 
 
+@functools.cache
+def onednn_one_row_stable(out_features: int, in_features: int, bias: bool = False) -> bool:
+    """Whether oneDNN's packed kernel gives a single row the bits it gives that row among 2..24 rows, at this
+    weight shape on this CPU (the kernel's path depends on the shape and the CPU's instructions, not on the
+    values). Probed once per shape, on random values."""
+    gen = torch.Generator().manual_seed(0)
+    w, x = torch.randn(out_features, in_features, generator=gen), torch.randn(24, in_features, generator=gen)
+    b = torch.randn(out_features, generator=gen) if bias else None
+    packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+
+    def rows(n: int, start: int = 0) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x[start:start + n], packed, b, "none", [], "")
+    with torch.inference_mode():
+        full = rows(24)
+        return (all(torch.equal(rows(1, i), full[i:i + 1]) for i in range(24))
+                and all(torch.equal(rows(n), full[:n]) for n in (2, 3, 4, 9, 16)))
+
+
+def one_row_copies(out_features: int, in_features: int, bias: bool = False) -> int:
+    """How many copies of a single row go to oneDNN's packed kernel at this shape: 1 (the row alone) where
+    that gives it a verified tree's bits, else `ONE_ROW_COPIES` (module doc)."""
+    return 1 if onednn_one_row_stable(out_features, in_features, bias) else ONE_ROW_COPIES
+
+
 def kernel_summary(packed: int, device: torch.device | str = "cpu") -> str:
     """One line saying which linear kernels decoding runs on (what the engine logs once, and benchmarks print)."""
     if torch.device(device).type != "cpu" or not packed:
         return "linears: PyTorch's default kernel for every row count"
     if packed_kernel() == "mkl":
         return f"linears: one row on PyTorch's F.linear, several rows on MKL's packed sgemm ({packed} layers packed)"
-    return (f"linears: every row count on oneDNN's packed kernel, one row as {ONE_ROW_COPIES} copies "
+    return (f"linears: every row count on oneDNN's packed kernel, one row {one_row_mode()} "
             f"({packed} layers packed)")
+
+
+def one_row_mode() -> str:
+    """How one row goes to oneDNN's kernel at the default target's shapes (what a cost curve's key and the
+    kernel line record): 'alone' or 'as N copies' (module doc)."""
+    shapes = ((576, 1536), (1536, 576), (576, 576), (192, 576))
+    return "alone" if all(onednn_one_row_stable(o, i) for o, i in shapes) else f"as {ONE_ROW_COPIES} copies"
 
 
 def can_pack(weight: torch.Tensor) -> bool:
@@ -146,6 +179,8 @@ class PackedLinear(LinearView):
             else:
                 packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
         self.register_buffer("packed_weight", packed, persistent=False)
+        self.copies = 1 if self.kernel == "mkl" else one_row_copies(self.out_features, self.in_features,
+                                                                     self.bias is not None)
 
     @classmethod
     def from_rows(cls, rows: torch.Tensor) -> "PackedLinear":
@@ -161,8 +196,10 @@ class PackedLinear(LinearView):
             return self.packed(x)
         if self.kernel == "mkl":
             return F.linear(x, self.weight, self.bias)  # one row: MKL's sgemm, as fast or faster (module doc)
-        # one row on oneDNN: as copies of itself, so it gets the bits it gets in a verified tree (module doc)
-        return one_row_in_copies(self.packed, x, self.out_features, ONE_ROW_COPIES)
+        if self.copies == 1:  # one row on oneDNN, alone where that gives it a verified tree's bits (module doc)
+            return self.packed(x)
+        # else as copies of itself, so it gets the bits it gets in a verified tree (module doc)
+        return one_row_in_copies(self.packed, x, self.out_features, self.copies)
 
     def packed(self, x: torch.Tensor) -> torch.Tensor:
         """x @ W.T + b on the packed weight, whatever the number of rows (inference only)."""
