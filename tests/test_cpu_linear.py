@@ -88,6 +88,8 @@ def test_with_onednn_one_row_goes_to_the_packed_kernel_alone_or_as_copies(monkey
                 continue  # made to go alone where the real probe says it may not: no equal bits to expect
             assert torch.equal(one.reshape(40), several[0])
     assert calls == [3] + [packed.copies] * 3
+    monkeypatch.setenv("NANOSPEC_ONE_ROW_COPIES", "4")   # a measurement of the copies where the probe says alone
+    assert PackedLinear(nn.Linear(24, 40)).copies == 4
 
 
 @pytest.mark.parametrize("shape", [(576, 1536), (1536, 576), (4096, 576)])
