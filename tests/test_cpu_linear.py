@@ -73,7 +73,7 @@ def test_with_onednn_one_row_goes_to_the_packed_kernel_alone_or_as_copies(monkey
     gets among the rows of a verified tree at that shape, else as copies of itself."""
     import nanospec.loaders.cpu_linear as cpu_linear
     monkeypatch.setenv("NANOSPEC_PACKED_KERNEL", "onednn")
-    monkeypatch.setattr(cpu_linear, "onednn_one_row_stable", lambda *shape: stable)
+    monkeypatch.setattr(cpu_linear, "onednn_one_row_stable", lambda *shape, **kw: stable)
     torch.manual_seed(0)
     packed = PackedLinear(nn.Linear(24, 40))
     assert packed.kernel == "onednn" and packed.copies == (1 if stable else ONE_ROW_COPIES)

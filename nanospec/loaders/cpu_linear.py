@@ -96,32 +96,42 @@ def mkl_rows_stable() -> bool:
                    for n in (2, 3, 4, 9, 16))
 
 
-@functools.cache
-def onednn_one_row_stable(out_features: int, in_features: int, bias: bool = False) -> bool:
+_ONE_ROW_STABLE: dict[tuple[int, int, bool], bool] = {}  # (out, in, bias) -> the probe's answer
+
+
+def onednn_one_row_stable(out_features: int, in_features: int, bias: bool = False,
+                          packed: torch.Tensor | None = None, bias_values: torch.Tensor | None = None) -> bool:
     """Whether oneDNN's packed kernel gives a single row the bits it gives that row among 2..24 rows, at this
     weight shape on this CPU (the kernel's path depends on the shape and the CPU's instructions, not on the
-    values). Probed once per shape, on random values."""
-    gen = torch.Generator().manual_seed(0)
-    w, x = torch.randn(out_features, in_features, generator=gen), torch.randn(24, in_features, generator=gen)
-    b = torch.randn(out_features, generator=gen) if bias else None
-    packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+    values). Probed once per shape on random rows, with the layer's own packed weight when given (else a
+    random one); a few rows alone suffice, as the path does not depend on which."""
+    key = (out_features, in_features, bool(bias))
+    if key not in _ONE_ROW_STABLE:
+        gen = torch.Generator().manual_seed(0)
+        if packed is None:
+            packed = torch.ops.mkldnn._reorder_linear_weight(torch.rand(out_features, in_features, generator=gen) - 0.5,
+                                                              None)
+            bias_values = torch.randn(out_features, generator=gen) if bias else None
+        x = torch.randn(24, in_features, generator=gen)
 
-    def rows(n: int, start: int = 0) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x[start:start + n], packed, b, "none", [], "")
-    with torch.inference_mode():
-        full = rows(24)
-        return (all(torch.equal(rows(1, i), full[i:i + 1]) for i in range(24))
-                and all(torch.equal(rows(n), full[:n]) for n in (2, 3, 4, 9, 16)))
+        def rows(n: int, start: int = 0) -> torch.Tensor:
+            return torch.ops.mkldnn._linear_pointwise(x[start:start + n], packed, bias_values, "none", [], "")
+        with torch.inference_mode():
+            full = rows(24)
+            _ONE_ROW_STABLE[key] = (all(torch.equal(rows(1, i), full[i:i + 1]) for i in (0, 5, 23))
+                                    and all(torch.equal(rows(n), full[:n]) for n in (2, 3, 4, 9, 16)))
+    return _ONE_ROW_STABLE[key]
 
 
-def one_row_copies(out_features: int, in_features: int, bias: bool = False) -> int:
+def one_row_copies(out_features: int, in_features: int, bias: bool = False, packed: torch.Tensor | None = None,
+                   bias_values: torch.Tensor | None = None) -> int:
     """How many copies of a single row go to oneDNN's packed kernel at this shape: 1 (the row alone) where
     that gives it a verified tree's bits, else `ONE_ROW_COPIES` (module doc). NANOSPEC_ONE_ROW_COPIES=N sets
     N for a measurement (N = 4 where the probe says 1: what the engine did before the probe)."""
     forced = os.environ.get("NANOSPEC_ONE_ROW_COPIES", "")
     if forced:
         return max(1, int(forced))
-    return 1 if onednn_one_row_stable(out_features, in_features, bias) else ONE_ROW_COPIES
+    return 1 if onednn_one_row_stable(out_features, in_features, bias, packed, bias_values) else ONE_ROW_COPIES
 
 
 def kernel_summary(packed: int, device: torch.device | str = "cpu") -> str:
@@ -183,8 +193,9 @@ class PackedLinear(LinearView):
             else:
                 packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
         self.register_buffer("packed_weight", packed, persistent=False)
-        self.copies = 1 if self.kernel == "mkl" else one_row_copies(self.out_features, self.in_features,
-                                                                     self.bias is not None)
+        self.copies = 1 if self.kernel == "mkl" else one_row_copies(
+            self.out_features, self.in_features, self.bias is not None, packed,
+            None if self.bias is None else self.bias.detach())
 
     @classmethod
     def from_rows(cls, rows: torch.Tensor) -> "PackedLinear":
