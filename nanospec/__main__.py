@@ -98,8 +98,8 @@ def _prompt_items(a, own_split: str | None = None) -> list[dict]:
 
 def cmd_generate(a) -> int:
     from nanospec.data.prompts import load_prompts, prompt_input
-    if _variants(a):
-        raise ValueError("generate takes one " + " and one ".join(f"--{n.replace('_', '-')} value" for n in _variants(a)))
+    if varied := _variants(a):
+        raise ValueError("generate takes one " + " and one ".join(f"--{n.replace('_', '-')} value" for n in varied))
     if a.budget == "both":
         raise ValueError("generate takes --budget on or off ('both' is for compare)")
     engine, info = _load(a)

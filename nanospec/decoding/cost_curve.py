@@ -112,7 +112,7 @@ def curve_key(model, device: torch.device, packed: bool) -> dict:
     return {"version": CURVE_VERSION, "model": str(getattr(cfg, "_name_or_path", "") or type(model).__name__),
             "config": hashlib.sha256(conf.encode()).hexdigest()[:16], "dtype": str(next(model.parameters()).dtype),
             "device": f"{dev.type}:{name}", "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "packed": (packed_kernel() if packed_kernel() == "mkl" else f"onednn, one row {one_row_mode()}")
+            "packed": (packed_kernel() if packed_kernel() == "mkl" else f"onednn, one row {one_row_mode(model)}")
             if packed else False,
             "attention": attention_name(model)}
 

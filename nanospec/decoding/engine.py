@@ -95,7 +95,7 @@ class SpecEngine:
             use_tree_attention(model.config)
             if head is not None and hasattr(head, "config"):
                 use_tree_attention(head.config)
-        self.kernels = (f"{kernel_summary(self.packed_linears, self.device)}; {self.fused_norms} fused RMS norms; "
+        self.kernels = (f"{kernel_summary(self.packed_linears, self.device, model)}; {self.fused_norms} fused RMS norms; "
                         f"attention: {attention_name(model) or '?'}")
         logger.info("decoding on %s: %s", self.device, self.kernels)  # which path, said once per engine
         self.lm_head_weight = model.get_output_embeddings().weight  # [V, H]

@@ -83,6 +83,16 @@ def packed_kernel() -> str:
     return "mkl" if choice == "mkl" or mkl_rows_stable() else "onednn"
 
 
+def _same_bits_at_any_row_count(rows, singles: tuple[int, ...] = ()) -> bool:
+    """The row-stability probe both packed kernels share: `rows(n, start)` is the kernel's output for rows
+    start..start+n of a fixed 24-row input; True when the first n rows (n = 2, 3, 4, 9, 16) and each row
+    of `singles` alone get the bits they get among all 24."""
+    with torch.inference_mode():
+        full = rows(24, 0)
+        return (all(torch.equal(rows(1, i), full[i:i + 1]) for i in singles)
+                and all(torch.equal(rows(n, 0), full[:n]) for n in (2, 3, 4, 9, 16)))
+
+
 @functools.cache
 def mkl_rows_stable() -> bool:
     """Whether MKL's packed sgemm gives a row the same bits at any row count on this CPU (true on the Intel
@@ -90,10 +100,8 @@ def mkl_rows_stable() -> bool:
     gen = torch.Generator().manual_seed(0)
     w, x = torch.randn(1536, 576, generator=gen), torch.randn(24, 576, generator=gen)
     packed = torch.ops.mkl._mkl_reorder_linear_weight(w, 16)
-    with torch.inference_mode():
-        full = torch.ops.mkl._mkl_linear(x, packed, w, None, 24)
-        return all(torch.equal(torch.ops.mkl._mkl_linear(x[:n], packed, w, None, n), full[:n])
-                   for n in (2, 3, 4, 9, 16))
+    return _same_bits_at_any_row_count(
+        lambda n, start: torch.ops.mkl._mkl_linear(x[start:start + n], packed, w, None, n))
 
 
 _ONE_ROW_STABLE: dict[tuple[int, int, bool], bool] = {}  # (out, in, bias) -> the probe's answer
@@ -113,13 +121,9 @@ def onednn_one_row_stable(out_features: int, in_features: int, bias: bool = Fals
                                                               None)
             bias_values = torch.randn(out_features, generator=gen) if bias else None
         x = torch.randn(24, in_features, generator=gen)
-
-        def rows(n: int, start: int = 0) -> torch.Tensor:
+        def rows(n: int, start: int) -> torch.Tensor:
             return torch.ops.mkldnn._linear_pointwise(x[start:start + n], packed, bias_values, "none", [], "")
-        with torch.inference_mode():
-            full = rows(24)
-            _ONE_ROW_STABLE[key] = (all(torch.equal(rows(1, i), full[i:i + 1]) for i in (0, 5, 23))
-                                    and all(torch.equal(rows(n), full[:n]) for n in (2, 3, 4, 9, 16)))
+        _ONE_ROW_STABLE[key] = _same_bits_at_any_row_count(rows, singles=(0, 5, 23))
     return _ONE_ROW_STABLE[key]
 
 
@@ -134,20 +138,21 @@ def one_row_copies(out_features: int, in_features: int, bias: bool = False, pack
     return 1 if onednn_one_row_stable(out_features, in_features, bias, packed, bias_values) else ONE_ROW_COPIES
 
 
-def kernel_summary(packed: int, device: torch.device | str = "cpu") -> str:
-    """One line saying which linear kernels decoding runs on (what the engine logs once, and benchmarks print)."""
+def kernel_summary(packed: int, device: torch.device | str = "cpu", model: nn.Module | None = None) -> str:
+    """One line saying which linear kernels decoding runs on (what the engine logs once, and benchmarks print);
+    `model`: the packed target, whose layers say how one row goes (`one_row_mode`)."""
     if torch.device(device).type != "cpu" or not packed:
         return "linears: PyTorch's default kernel for every row count"
     if packed_kernel() == "mkl":
         return f"linears: one row on PyTorch's F.linear, several rows on MKL's packed sgemm ({packed} layers packed)"
-    return (f"linears: every row count on oneDNN's packed kernel, one row {one_row_mode()} "
+    return (f"linears: every row count on oneDNN's packed kernel, one row {one_row_mode(model)} "
             f"({packed} layers packed)")
 
 
-def one_row_mode() -> str:
-    """How one row goes to oneDNN's kernel at the default target's shapes (what a cost curve's key and the
-    kernel line record): 'alone' or 'as N copies' (module doc)."""
-    copies = max(one_row_copies(o, i) for o, i in ((576, 1536), (1536, 576), (576, 576), (192, 576)))
+def one_row_mode(model: nn.Module | None) -> str:
+    """How a single row goes to oneDNN's kernel in `model`'s packed layers (what a cost curve's key and the
+    kernel line record): 'alone', or 'as N copies' where any layer sends copies (module doc)."""
+    copies = max((m.copies for m in model.modules() if isinstance(m, PackedLinear)), default=1) if model else 1
     return "alone" if copies == 1 else f"as {copies} copies"
 
 
