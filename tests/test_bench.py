@@ -125,3 +125,25 @@ def test_compare_reports_the_draft_budgets_calibration(engine, prompts, capsys):
     out = capsys.readouterr().out
     assert f"expected to bring {budgeted['budget_expected']:.2f} tokens a step" in out
     assert f"and brought {budgeted['budget_brought']:.2f}" in out
+
+
+def test_compiled_forward_bench_decodes_greedily_and_compares_rows():
+    """The compile bench's eager path: its cached steps are the model's greedy decoding (recomputed from
+    scratch here) and a one-token forward after the prompt is the first step, bit for bit (cache cropped
+    back to the prompt in between)."""
+    import torch
+
+    from nanospec.bench.compiled_forward import measure
+    from nanospec.bench.random_pair import random_target, random_target_config
+
+    model = random_target(random_target_config(512, 32, 2, heads=2, kv_heads=1, intermediate=64,
+                                               max_positions=128), seed=4).eval()
+    prompt = torch.randint(0, 512, (1, 10), generator=torch.Generator().manual_seed(2))
+    r = measure(model, prompt, steps=6, sizes=[1, 4], repeats=1)
+    seq = prompt[0].tolist()
+    with torch.inference_mode():
+        for _ in range(7):
+            seq.append(int(model(input_ids=torch.tensor([seq])).logits[0, -1].argmax()))
+    assert r["tokens"] == seq[10:]
+    assert r["row_diff"][1] == 0.0
+    assert set(r["forward_ms"]) == {1, 4} and all(ms > 0 for ms in r["forward_ms"].values())
