@@ -536,9 +536,10 @@ def test_no_torch_compile():
         for path in sorted((ROOT / folder).rglob("*.py")):
             if str(path.relative_to(ROOT)) == COMPILE_BENCH:
                 continue
-            if "compiled_forward" in path.read_text(encoding="utf-8") and path.parent.name != "bench":
+            text = path.read_text(encoding="utf-8")
+            if "compiled_forward" in text and path.parent.name != "bench":
                 hits.append(f"{path.relative_to(ROOT)} mentions the compile bench")
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for node in ast.walk(ast.parse(text)):
                 if (isinstance(node, ast.Attribute) and node.attr in ("compile", "_dynamo")
                         and isinstance(node.value, ast.Name) and node.value.id == "torch"):
                     hits.append(f"{path.relative_to(ROOT)}:{node.lineno}")

@@ -6,10 +6,10 @@
 Loads the target as stock transformers does (sdpa, fp32, PyTorch's own kernels), prefills a held-out prompt
 into the engine's KV cache and decodes greedily one token at a time; then the same with a copy set up as the
 engine runs it (packed linears, fused norms, its attention function: `SpecEngine`'s constructor), and with
-the stock model under `torch.compile(dynamic=True)` (the compiler brings its own kernels). It prints the compile time (the first compiled prefill and steps), the
-median one-token step, a forward over k tokens after the prompt for each k, and two exactness checks per
-path: whether its steps pick the stock eager steps' tokens (and their largest logit difference), and how far
-a row of its k-token forward is from the one-token step that fed the same token at the same position (0: the
+the stock model under `torch.compile(dynamic=True)` (the compiler brings its own kernels). It prints the
+compile time (the first compiled prefill and steps), the median one-token step, a forward over k tokens
+after the prompt for each k, and two exactness checks per path: whether its steps pick the stock eager
+steps' tokens (and their largest logit difference), and how far a row of its k-token forward is from the one-token step that fed the same token at the same position (0: the
 same bits; a verified tree must pick what `ar` picks, see cpu_linear.py and decoding/attention.py). The engine
 does not compile; this command is how that choice is measured (docs/benchmarks.md). It takes minutes.
 """
@@ -24,6 +24,7 @@ import time
 import torch
 
 from nanospec.decoding.kv import crop_cache, new_cache
+from nanospec.decoding.verify import greedy_token
 
 
 def decode(model, prompt: torch.Tensor, steps: int) -> tuple[list[int], list[torch.Tensor], list[float], object]:
@@ -33,7 +34,7 @@ def decode(model, prompt: torch.Tensor, steps: int) -> tuple[list[int], list[tor
     n = prompt.shape[1]
     with torch.inference_mode():
         logits = model(input_ids=prompt, past_key_values=cache, use_cache=True).logits[0, -1]
-        tokens, rows, ms = [int(torch.argmax(logits))], [], []
+        tokens, rows, ms = [int(greedy_token(logits))], [], []
         for s in range(steps):
             x = torch.tensor([[tokens[-1]]])
             t0 = time.perf_counter()
@@ -41,7 +42,7 @@ def decode(model, prompt: torch.Tensor, steps: int) -> tuple[list[int], list[tor
                            use_cache=True).logits[0, -1]
             ms.append((time.perf_counter() - t0) * 1e3)
             rows.append(logits)
-            tokens.append(int(torch.argmax(logits)))
+            tokens.append(int(greedy_token(logits)))
     return tokens, rows, ms, cache
 
 
@@ -62,7 +63,7 @@ def k_forward(model, cache, n: int, tokens: list[int], k: int, repeats: int) -> 
 
 
 def measure(model, prompt: torch.Tensor, steps: int, sizes: list[int], repeats: int) -> dict:
-    """One path's figures: tokens, step logits, ms, k-forward ms and whether its k rows equal its steps."""
+    """One path's figures: tokens, step logits, ms, k-forward ms and how far its k rows are from its steps."""
     t0 = time.perf_counter()
     tokens, rows, ms, cache = decode(model, prompt, steps)
     first_s = time.perf_counter() - t0

@@ -152,7 +152,8 @@ def kernel_summary(packed: int, device: torch.device | str = "cpu", model: nn.Mo
 def one_row_mode(model: nn.Module | None) -> str:
     """How a single row goes to oneDNN's kernel in `model`'s packed layers (what a cost curve's key and the
     kernel line record): 'alone', or 'as N copies' where any layer sends copies (module doc)."""
-    copies = max((m.copies for m in model.modules() if isinstance(m, PackedLinear)), default=1) if model else 1
+    layers = model.modules() if model is not None else ()
+    copies = max((m.copies for m in layers if isinstance(m, PackedLinear)), default=1)
     return "alone" if copies == 1 else f"as {copies} copies"
 
 
