@@ -10,8 +10,8 @@ the stock model under `torch.compile(dynamic=True)` (the compiler brings its own
 compile time (the first compiled prefill and steps), the median one-token step, a forward over k tokens
 after the prompt for each k, and two exactness checks per path: whether its steps pick the stock eager
 steps' tokens (and their largest logit difference), and how far a row of its k-token forward is from
-the one-token step that fed the same token at the same position (0: the same bits; a verified tree must pick what `ar` picks, see cpu_linear.py and decoding/attention.py). The engine
-does not compile; this command is how that choice is measured (docs/benchmarks.md). It takes minutes.
+the one-token step that fed the same token at the same position (0: the same bits; a verified tree must
+pick what `ar` picks, see cpu_linear.py and decoding/attention.py). The engine does not compile; this command is how that choice is measured (docs/benchmarks.md). It takes minutes.
 """
 
 from __future__ import annotations
